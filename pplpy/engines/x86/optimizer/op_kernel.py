@@ -1,0 +1,78 @@
+"""X86OptKernel: the op context, everything the x86 engine must know about one node
+before it runs: output types, output shapes, data formats, and how to build its kernel.
+
+Shapes are tuples of ints; ``values`` holds the numpy value of each input that is a
+constant (None otherwise), for ops whose output shape depends on an input's value (Reshape,
+Unsqueeze-13).  Inference runs again whenever a run's input shapes change.
+"""
+
+import abc
+
+from pplpy.common.data_format import DataFormat
+from pplpy.common.data_type import DataType
+from pplpy.errors import ShapeError, UnsupportedOpError
+
+
+class X86OptKernel(abc.ABC):
+    """Base class of op contexts.  Subclasses set or override:
+
+    - ``supported_types``: element types accepted on input 0 (checked by the default
+      ``infer_type``);
+    - ``infer_type(in_types) -> out types``;
+    - ``infer_shape(in_shapes, in_values) -> out shapes``;
+    - ``select_format(in_formats, in_shapes) -> (formats wanted for inputs, output formats)``;
+    - ``create_kernel() -> X86Kernel``.
+    """
+
+    supported_types = (DataType.FLOAT32,)
+
+    def __init__(self, node, options):
+        self.node = node
+        self.param = node.param
+        self.options = options  # EngineOptions: isa, num_threads
+        self.constants = {}  # input index -> numpy value, for inputs that are constants
+
+    # -- helpers for subclasses ----------------------------------------------------------
+
+    def constant(self, index):
+        """The constant value of input ``index`` or None if it is computed at run time."""
+        return self.constants.get(index)
+
+    def input_present(self, index):
+        inputs = self.node.inputs
+        return index < len(inputs) and inputs[index] != ""
+
+    def shape_error(self, message, in_shapes):
+        shapes = ", ".join("-" if s is None else str(list(s)) for s in in_shapes)
+        return ShapeError(f"{self.node.describe()}: {message} (input shapes: {shapes})")
+
+    def unsupported(self, message):
+        node = self.node
+        return UnsupportedOpError(
+            f"{node.describe()}: {message}",
+            nodes=[(node.name, node.domain, node.op_type, node.opset)],
+        )
+
+    # -- the interface -------------------------------------------------------------------
+
+    def infer_type(self, in_types):
+        first = in_types[0] if in_types else None
+        if first not in self.supported_types:
+            names = ", ".join(str(t) for t in self.supported_types)
+            raise self.unsupported(f"input type {first} is not supported (pplpy has: {names})")
+        return [first] * len(self.node.outputs)
+
+    @abc.abstractmethod
+    def infer_shape(self, in_shapes, in_values):
+        """Output shapes (tuples) from input shapes and constant input values."""
+
+    def select_format(self, in_formats, in_shapes):
+        """Default: plain NDARRAY everywhere."""
+        return (
+            [DataFormat.NDARRAY] * len(in_formats),
+            [DataFormat.NDARRAY] * len(self.node.outputs),
+        )
+
+    @abc.abstractmethod
+    def create_kernel(self):
+        """The X86Kernel that runs this node."""

@@ -1,0 +1,46 @@
+"""What a graph pass is.
+
+A ``RewriteRule`` (after ONNX Runtime's) names the op types it targets, has a cheap
+``condition`` and an ``apply`` that edits the graph and says whether it changed anything.
+A ``GraphPass`` works on the whole graph at once (dead-code elimination) and returns the
+number of changes.  Both run through the PassManager.
+"""
+
+
+class PassContext:
+    """What passes may use besides the graph: ``evaluate(node, inputs) -> outputs`` runs a
+    node on constant inputs with an engine's kernels (None disables folding)."""
+
+    def __init__(self, evaluate=None):
+        self.evaluate = evaluate
+
+
+class RewriteRule:
+    name = "rule"
+    op_types = None  # set of op types, or None for every node
+
+    def condition(self, graph, node, ctx):
+        return True
+
+    def apply(self, graph, node, ctx):
+        """Edit the graph; return True if it changed."""
+        return False
+
+    def run(self, graph, ctx):
+        changes = 0
+        for node in list(graph.nodes):
+            if node not in graph.nodes:  # removed by an earlier apply in this sweep
+                continue
+            if self.op_types is not None and (node.domain, node.op_type) not in self.op_types:
+                continue
+            if self.condition(graph, node, ctx) and self.apply(graph, node, ctx):
+                changes += 1
+        return changes
+
+
+class GraphPass:
+    name = "graph_pass"
+
+    def run(self, graph, ctx):
+        """Edit the graph; return the number of changes."""
+        return 0

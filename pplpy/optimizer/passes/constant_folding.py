@@ -1,0 +1,34 @@
+"""Constant folding: a node whose inputs are all constants is computed once, at build time,
+by an engine's own kernels, and its outputs become constants.
+
+The light model-zoo networks build their weights with ConstantOfShape from constant shapes;
+folding turns them into plain weights that Conv can pack.
+"""
+
+from pplpy.optimizer.pass_base import GraphPass
+
+
+class ConstantFolding(GraphPass):
+    name = "constant_folding"
+
+    def run(self, graph, ctx):
+        if ctx.evaluate is None:
+            return 0
+        changes = 0
+        graph_outputs = set(graph.output_names)
+        for node in list(graph.nodes):
+            present = [name for name in node.inputs if name]
+            if not all(name in graph.constants for name in present):
+                continue
+            if any(o in graph_outputs for o in node.outputs):
+                continue  # keep the node: a graph output must be produced by a node
+            values = [graph.constants[name] if name else None for name in node.inputs]
+            outputs = ctx.evaluate(node, values)
+            if outputs is None:
+                continue
+            for name, value in zip(node.outputs, outputs):
+                if name:
+                    graph.add_constant(name, value)
+            graph.remove_nodes([node])
+            changes += 1
+        return changes

@@ -1,0 +1,136 @@
+"""Output-shape rules of ONNX ops, as pure functions of input shapes and attribute values.
+
+Each raises ValueError with a message a user can act on; op contexts wrap it into a
+ShapeError naming the node.  Conv and pooling geometry lives in ``pool_geometry``.
+"""
+
+
+def normalize_axis(axis, rank, what="axis"):
+    """Map a possibly negative axis into [0, rank)."""
+    if not -rank <= axis < rank:
+        raise ValueError(f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def broadcast_shapes(*shapes):
+    """numpy (multidirectional) broadcasting of several shapes."""
+    rank = max(len(s) for s in shapes)
+    result = []
+    for i in range(rank):
+        dim = 1
+        for shape in shapes:
+            d = shape[i - rank + len(shape)] if i - rank + len(shape) >= 0 else 1
+            if d == 1:
+                continue
+            if dim not in (1, d):
+                listed = " and ".join(str(list(s)) for s in shapes)
+                raise ValueError(f"shapes {listed} cannot be broadcast together")
+            dim = d
+        result.append(dim)
+    return tuple(result)
+
+
+def reshape_shape(in_shape, target, allowzero=0):
+    """ONNX Reshape: 0 copies the input dim (unless allowzero), -1 is inferred."""
+    target = [int(d) for d in target]
+    out = []
+    infer_at = None
+    for i, d in enumerate(target):
+        if d == -1:
+            if infer_at is not None:
+                raise ValueError(f"shape {target} has more than one -1")
+            infer_at = i
+            out.append(1)
+        elif d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ValueError(f"shape {target} copies dim {i} (0) but the input has rank "
+                                 f"{len(in_shape)}")
+            out.append(in_shape[i])
+        elif d < 0:
+            raise ValueError(f"shape {target} has a negative dim {d}")
+        else:
+            out.append(d)
+    total = 1
+    for d in in_shape:
+        total *= d
+    known = 1
+    for i, d in enumerate(out):
+        if i != infer_at:
+            known *= d
+    if infer_at is not None:
+        if allowzero and 0 in target:
+            raise ValueError(f"shape {target}: -1 together with 0 under allowzero=1")
+        if known == 0 or total % known:
+            raise ValueError(f"cannot reshape {list(in_shape)} ({total} elements) to {target}")
+        out[infer_at] = total // known
+    elif known != total:
+        raise ValueError(f"cannot reshape {list(in_shape)} ({total} elements) to {target} "
+                         f"({known} elements)")
+    return tuple(out)
+
+
+def flatten_shape(in_shape, axis):
+    rank = len(in_shape)
+    if not -rank <= axis <= rank:
+        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+    axis = axis % (rank + 1) if axis < 0 else axis
+    outer = 1
+    for d in in_shape[:axis]:
+        outer *= d
+    inner = 1
+    for d in in_shape[axis:]:
+        inner *= d
+    return (outer, inner)
+
+
+def transpose_shape(in_shape, perm):
+    rank = len(in_shape)
+    if perm is None:
+        perm = tuple(reversed(range(rank)))
+    perm = tuple(int(p) for p in perm)
+    if sorted(p % rank if rank else p for p in perm) != list(range(rank)) or len(perm) != rank:
+        raise ValueError(f"perm {list(perm)} is not a permutation of {rank} axes")
+    perm = tuple(p % rank for p in perm)
+    return tuple(in_shape[p] for p in perm), perm
+
+
+def unsqueeze_shape(in_shape, axes):
+    rank = len(in_shape) + len(axes)
+    axes = sorted(normalize_axis(int(a), rank, "axes entry") for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"axes {list(axes)} has duplicates")
+    out = list(in_shape)
+    for a in axes:
+        out.insert(a, 1)
+    return tuple(out)
+
+
+def concat_shape(in_shapes, axis):
+    first = in_shapes[0]
+    rank = len(first)
+    axis = normalize_axis(axis, rank)
+    total = 0
+    for shape in in_shapes:
+        if len(shape) != rank or any(
+            shape[i] != first[i] for i in range(rank) if i != axis
+        ):
+            raise ValueError(f"inputs must match on all axes but {axis}")
+        total += shape[axis]
+    return first[:axis] + (total,) + first[axis + 1:], axis
+
+
+def matmul_shape(a, b):
+    """numpy matmul: 1-D operands are promoted and the added dim removed afterwards."""
+    if len(a) == 0 or len(b) == 0:
+        raise ValueError("MatMul operands must have rank >= 1")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"inner dims differ: {a2[-1]} (A) vs {b2[-2]} (B)")
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return tuple(out)

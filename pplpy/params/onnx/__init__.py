@@ -1,0 +1,31 @@
+"""Param dataclasses of the ONNX ops, one small frozen dataclass per op family.
+
+Field names are ONNX attribute names and defaults are ONNX defaults, so a generic parse
+fills them from a NodeProto and ``==`` / ``hash`` let passes compare nodes (CSE).
+"""
+
+from pplpy.params.onnx.activation_param import ClipParam, LeakyReluParam
+from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam, DropoutParam
+from pplpy.params.onnx.conv_param import ConvParam
+from pplpy.params.onnx.gemm_param import GemmParam
+from pplpy.params.onnx.normalization_param import (
+    BatchNormalizationParam,
+    LRNParam,
+    SoftmaxParam,
+)
+from pplpy.params.onnx.pooling_param import AveragePoolParam, MaxPoolParam
+from pplpy.params.onnx.shape_param import (
+    ConcatParam,
+    FlattenParam,
+    ReshapeParam,
+    TransposeParam,
+    UnsqueezeParam,
+)
+from pplpy.params.onnx.tensor_value import TensorValue
+
+__all__ = [
+    "AveragePoolParam", "BatchNormalizationParam", "ClipParam", "ConcatParam",
+    "ConstantOfShapeParam", "ConstantParam", "ConvParam", "DropoutParam", "FlattenParam",
+    "GemmParam", "LRNParam", "LeakyReluParam", "MaxPoolParam", "ReshapeParam",
+    "SoftmaxParam", "TensorValue", "TransposeParam", "UnsqueezeParam",
+]
