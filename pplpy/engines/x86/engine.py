@@ -77,18 +77,17 @@ class X86Engine:
         """Infer, choose formats, insert reorders and create kernels for ``graph``."""
         constants = graph.constants
         ops = {id(node): self.create_op(node, constants) for node in graph.nodes}
-        types = {name: DataType.from_numpy(v.dtype) for name, v in constants.items()}
-        types.update({v.name: v.data_type for v in graph.inputs})
-        infer_types(graph.nodes, ops, types)
+        known_types = {name: DataType.from_numpy(v.dtype) for name, v in constants.items()}
+        known_types.update({v.name: v.data_type for v in graph.inputs})
+        infer_types(graph.nodes, ops, dict(known_types))
         shapes = {name: tuple(v.shape) for name, v in constants.items()}
         shapes.update(input_dims)
         infer_shapes(graph.nodes, ops, shapes, constants)
         formats = select_formats_and_insert_reorders(
             graph, ops, shapes, lambda node: self.create_op(node, constants)
         )
-        for node in graph.nodes:
-            if node.op_type == "Reorder":
-                types[node.outputs[0]] = types[node.inputs[0]]
+        # Again over the final graph: Reorders were added and output names may have moved.
+        types = infer_types(graph.nodes, ops, dict(known_types))
         for name, fmt in formats.items():
             if fmt is DataFormat.N16CX and types.get(name) is not DataType.FLOAT32:
                 raise PplError(f'tensor "{name}": N16CX needs float32, got {types.get(name)}')
