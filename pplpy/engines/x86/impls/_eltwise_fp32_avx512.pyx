@@ -1,0 +1,1 @@
+include "_eltwise_fp32.pxi"

@@ -1,0 +1,1 @@
+include "_norm_fp32.pxi"

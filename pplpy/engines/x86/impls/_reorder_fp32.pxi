@@ -1,0 +1,98 @@
+# Reorders between NDARRAY (N, C, S) and N16CX (N, ceil(C/16), S, 16) float32.
+#
+# Written once and included by _reorder_fp32_{avx512,fma,sse}.pyx.  A reorder is a
+# transpose of each 16-channel block between (16, S) and (S, 16); it is done a tile of
+# PIXEL_TILE pixels at a time, so the 16 source (or destination) rows being walked stay
+# in L1 while each side is read or written in whole cache lines.
+
+from cython.parallel cimport prange
+
+include "_kernel_support.pxi"
+
+
+cdef enum:
+    LANES = 16
+    PIXEL_TILE = 64
+
+
+cdef void _to_n16cx_tile(const float* x, float* y, Py_ssize_t S, Py_ssize_t w,
+                         int lanes) noexcept nogil:
+    """y[j * 16 + l] = x[l * S + j] for j < w, l < lanes; lanes [lanes, 16) are set to 0."""
+    cdef Py_ssize_t j
+    cdef int l
+    if lanes == LANES:    # a full block: constant trip counts, for the vectoriser
+        for j in range(w):
+            for l in range(LANES):
+                y[j * LANES + l] = x[l * S + j]
+    else:
+        for j in range(w):
+            for l in range(lanes):
+                y[j * LANES + l] = x[l * S + j]
+            for l in range(lanes, LANES):
+                y[j * LANES + l] = 0
+
+
+cdef void _from_n16cx_tile(const float* x, float* y, Py_ssize_t S, Py_ssize_t w,
+                           int lanes) noexcept nogil:
+    """y[l * S + j] = x[j * 16 + l] for j < w, l < lanes (padding lanes dropped)."""
+    cdef Py_ssize_t j
+    cdef int l
+    for l in range(lanes):
+        for j in range(w):
+            y[l * S + j] = x[j * LANES + l]
+
+
+cdef void _reorder_task(const float* x, float* y, Py_ssize_t C, Py_ssize_t blocks,
+                        Py_ssize_t S, bint to_n16cx, const Tasks2D* tasks,
+                        Py_ssize_t task) noexcept nogil:
+    cdef Py_ssize_t r0, r1, c0, c1, r, n, cb, b, j, w, plain, blocked
+    cdef int lanes
+    task_range(tasks, task, &r0, &r1, &c0, &c1)
+    for r in range(r0, r1):    # r = n * blocks + cb
+        n = r // blocks
+        cb = r % blocks
+        lanes = <int>min(LANES, C - cb * LANES)
+        for b in range(ceil_div(c1 - c0, PIXEL_TILE)):
+            j = c0 + b * PIXEL_TILE
+            w = min(PIXEL_TILE, c1 - j)
+            plain = (n * C + cb * LANES) * S + j      # x[n, cb * 16, j] in NDARRAY
+            blocked = (r * S + j) * LANES             # x[n, cb, j, 0] in N16CX
+            if to_n16cx:
+                _to_n16cx_tile(x + plain, y + blocked, S, w, lanes)
+            else:
+                _from_n16cx_tile(x + blocked, y + plain, S, w, lanes)
+
+
+cdef int _reorder(const float* x, float* y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S,
+                  bint to_n16cx, int num_threads) except -1:
+    cdef Py_ssize_t blocks = ceil_div(C, LANES), t
+    cdef Tasks2D tasks = split_2d(N * blocks, S, GRAIN // LANES)
+    for t in prange(tasks.count, nogil=True, num_threads=threads_for(num_threads, tasks.count),
+                    schedule="static"):
+        _reorder_task(x, y, C, blocks, S, to_n16cx, &tasks, t)
+    return 0
+
+
+cdef int _check_shapes(const float[:, :, ::1] plain, const float[:, :, :, ::1] blocked) except -1:
+    cdef Py_ssize_t N = plain.shape[0], C = plain.shape[1], S = plain.shape[2]
+    cdef tuple want = (N, ceil_div(C, LANES), S, LANES)
+    cdef tuple got = (blocked.shape[0], blocked.shape[1], blocked.shape[2], blocked.shape[3])
+    if got != want:
+        raise ValueError(f"NDARRAY {(N, C, S)} needs N16CX {want}, got {got}")
+    return 0
+
+
+def ndarray_to_n16cx_fp32(const float[:, :, ::1] x, float[:, :, :, ::1] y, int num_threads):
+    """y[n, c // 16, s, c % 16] = x[n, c, s]; padding lanes c >= C set to 0."""
+    _check_shapes(x, y)
+    if x.shape[0] * x.shape[1] * x.shape[2] > 0:
+        _reorder(&x[0, 0, 0], &y[0, 0, 0, 0], x.shape[0], x.shape[1], x.shape[2], True,
+                 num_threads)
+
+
+def n16cx_to_ndarray_fp32(const float[:, :, :, ::1] x, float[:, :, ::1] y, int num_threads):
+    """y[n, c, s] = x[n, c // 16, s, c % 16]; padding lanes dropped."""
+    _check_shapes(y, x)
+    if y.shape[0] * y.shape[1] * y.shape[2] > 0:
+        _reorder(&x[0, 0, 0, 0], &y[0, 0, 0], y.shape[0], y.shape[1], y.shape[2], False,
+                 num_threads)

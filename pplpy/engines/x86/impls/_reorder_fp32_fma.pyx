@@ -1,0 +1,1 @@
+include "_reorder_fp32.pxi"

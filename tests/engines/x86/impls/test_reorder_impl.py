@@ -1,0 +1,71 @@
+"""The reorder_fp32 impl family (NDARRAY <-> N16CX) against numpy, for every ISA variant this
+CPU can run."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pplpy.common.isa import supported_isas
+from pplpy.common.isa_tiers import ISA_NAMES
+from pplpy.engines.x86.impls.dispatch import load_variant
+
+FAMILY = "reorder_fp32"
+
+
+@pytest.fixture(params=ISA_NAMES)
+def m(request):
+    isa = request.param
+    if isa not in supported_isas():
+        pytest.skip(f"CPU lacks {isa}")
+    return load_variant(FAMILY, isa)
+
+
+def test_variants_export_the_same_names():
+    names = {}
+    for isa in ISA_NAMES:
+        if isa in supported_isas():
+            mod = load_variant(FAMILY, isa)
+            names[isa] = {n for n in dir(mod) if not n.startswith("_")}
+    assert len(set(map(frozenset, names.values()))) == 1, names
+
+
+def _to_n16cx(x):
+    n, c, s = x.shape
+    cb = -(-c // 16)
+    xp = np.zeros((n, cb * 16, s), np.float32)
+    xp[:, :c] = x
+    return np.ascontiguousarray(xp.reshape(n, cb, 16, s).transpose(0, 1, 3, 2))
+
+
+def _check_round_trip(m, shape, num_threads):
+    n, c, s = shape
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    y = np.full((n, -(-c // 16), s, 16), np.nan, np.float32)    # padding must be overwritten
+    m.ndarray_to_n16cx_fp32(x, y, num_threads)
+    np.testing.assert_array_equal(y, _to_n16cx(x))
+    z = np.full_like(x, np.nan)
+    m.n16cx_to_ndarray_fp32(y, z, num_threads)
+    np.testing.assert_array_equal(z, x)
+
+
+SHAPES = [(1, 1, 1), (1, 3, 224 * 224), (2, 16, 63), (2, 17, 65), (1, 64, 56 * 56),
+          (3, 40, 1), (1, 1000, 1), (0, 5, 3), (2, 33, 0)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_round_trip(m, shape, num_threads):
+    _check_round_trip(m, shape, num_threads)
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 50), st.integers(1, 300), st.integers(1, 2))
+def test_round_trip_random_shapes(n, c, s, num_threads):
+    _check_round_trip(load_variant(FAMILY, supported_isas()[0]), (n, c, s), num_threads)
+
+
+def test_shape_mismatch_is_an_error(m):
+    with pytest.raises(ValueError, match=r"needs N16CX \(1, 2, 4, 16\)"):
+        m.ndarray_to_n16cx_fp32(np.zeros((1, 17, 4), np.float32),
+                                np.zeros((1, 1, 4, 16), np.float32), 1)
