@@ -31,7 +31,16 @@ class Runtime:
         self.profiler = Profiler()
         self._signature = None
         self._steps = []
-        self.memory_bytes = 0  # planned arena size for the current input shapes
+        self.memory_bytes = 0
+        # Feeds whose values decide shapes (e.g. a Reshape's shape given as a model input):
+        # a change of value re-plans like a change of shape.
+        position = {v.name: i for i, v in enumerate(self._input_infos)}
+        self._value_feeds = sorted({
+            position[node.inputs[i]]
+            for node in self._nodes
+            for i in plan.ops[id(node)].value_inputs
+            if i < len(node.inputs) and node.inputs[i] in position
+        })  # planned arena size for the current input shapes
 
     # -- introspection -------------------------------------------------------------------
 
@@ -76,7 +85,8 @@ class Runtime:
     def run(self, feeds):
         """Run the model.  ``feeds`` maps input name -> numpy array; returns name -> array."""
         arrays = self._check_feeds(feeds)
-        signature = tuple(a.shape for a in arrays)
+        signature = tuple(a.shape for a in arrays) + tuple(
+            arrays[i].tobytes() for i in self._value_feeds)
         if signature != self._signature:
             self._prepare(arrays)
             self._signature = signature
@@ -149,7 +159,9 @@ class Runtime:
         constants = graph.constants
         shapes = {name: tuple(v.shape) for name, v in constants.items()}
         shapes.update({name: a.shape for name, a in zip(self.input_names, arrays)})
-        infer_shapes(self._nodes, plan.ops, shapes, constants)
+        values = dict(constants)
+        values.update(zip(self.input_names, arrays))
+        infer_shapes(self._nodes, plan.ops, shapes, values)
         tshapes = {
             name: TensorShape(dims, plan.types[name], plan.formats.get(name, DataFormat.NDARRAY))
             for name, dims in shapes.items()

@@ -82,7 +82,7 @@ class X86Engine:
         infer_types(graph.nodes, ops, dict(known_types))
         shapes = {name: tuple(v.shape) for name, v in constants.items()}
         shapes.update(input_dims)
-        infer_shapes(graph.nodes, ops, shapes, constants)
+        infer_shapes(graph.nodes, ops, shapes, constants, partial=True)
         formats = select_formats_and_insert_reorders(
             graph, ops, shapes, lambda node: self.create_op(node, constants)
         )

@@ -13,6 +13,7 @@ from pplpy.models.onnx.registry import (
     register_parser,
     registered_parsers,
 )
+from pplpy.models.onnx import parsers  # noqa: E402,F401  (fills the registry)
 
 __all__ = [
     "LATEST_OPSET",

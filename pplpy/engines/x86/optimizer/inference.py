@@ -5,7 +5,8 @@ time from the declared (or user-given) input dims and again at run time whenever
 shapes change, so dynamic batch and sequence length work.
 """
 
-from pplpy.errors import PplError, ShapeError
+from pplpy.engines.x86.optimizer.op_kernel import ValueRequired
+from pplpy.errors import PplError, ShapeError, UnsupportedOpError
 
 
 def infer_types(nodes, ops, known):
@@ -20,18 +21,28 @@ def infer_types(nodes, ops, known):
     return known
 
 
-def infer_shapes(nodes, ops, known, constants):
+def infer_shapes(nodes, ops, known, values, partial=False):
     """Fill ``known`` (tensor name -> dims tuple) for every node output; returns it.
 
-    Any failure inside an op's rule becomes a ShapeError naming the node and its input
+    ``values`` maps tensor names to known numpy values (constants; at run time also the
+    feeds).  With ``partial`` (build time, before feeds exist) a node whose shape depends on
+    an unknown value, or on an unknown shape, gets unknown (None) output shapes instead of an
+    error.  Any failure inside an op's rule becomes a ShapeError naming the node and its input
     shapes, so a bad model or feed never reaches a kernel.
     """
     for node in nodes:
         op = ops[id(node)]
         in_shapes = [known.get(name) if name else None for name in node.inputs]
-        in_values = [constants.get(name) if name else None for name in node.inputs]
+        in_values = [values.get(name) if name else None for name in node.inputs]
+        if partial and any(s is None for s, n in zip(in_shapes, node.inputs) if n):
+            continue
         try:
             out_shapes = op.infer_shape(in_shapes, in_values)
+        except ValueRequired as exc:
+            if partial:
+                continue
+            raise UnsupportedOpError(str(exc), nodes=[(node.name, node.domain, node.op_type,
+                                                       node.opset)]) from exc
         except PplError:
             raise
         except (ValueError, TypeError, IndexError, ZeroDivisionError) as exc:

@@ -10,7 +10,12 @@ import abc
 
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
-from pplpy.errors import ShapeError, UnsupportedOpError
+from pplpy.errors import PplError, ShapeError, UnsupportedOpError
+
+
+class ValueRequired(PplError):
+    """Shape inference needs the value of an input that is not known yet (neither a constant
+    nor, at run time, a fed input)."""
 
 
 class X86OptKernel(abc.ABC):
@@ -25,6 +30,12 @@ class X86OptKernel(abc.ABC):
     """
 
     supported_types = (DataType.FLOAT32,)
+    # Inputs whose *values* (not just shapes) decide the output shape, e.g. Reshape's shape.
+    # At run time, fed inputs in these positions join the shape signature.
+    value_inputs = ()
+    # Formats the op can run in (documentation and docs/supported_ops.md; select_format
+    # decides per node).
+    formats = (DataFormat.NDARRAY,)
 
     def __init__(self, node, options):
         self.node = node
@@ -45,6 +56,12 @@ class X86OptKernel(abc.ABC):
     def shape_error(self, message, in_shapes):
         shapes = ", ".join("-" if s is None else str(list(s)) for s in in_shapes)
         return ShapeError(f"{self.node.describe()}: {message} (input shapes: {shapes})")
+
+    def value_required(self, index, what):
+        return ValueRequired(
+            f"{self.node.describe()}: {what} (input {index}) is computed at run time by another "
+            f"node; pplpy needs it as a constant, a foldable expression or a model input"
+        )
 
     def unsupported(self, message):
         node = self.node

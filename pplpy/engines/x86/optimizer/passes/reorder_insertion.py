@@ -39,7 +39,7 @@ def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
             ops[id(node)] = make_op(node)
             new_nodes.append(node)
             formats[out] = fmt
-            shapes[out] = shapes[edge]
+            shapes[out] = shapes.get(edge)
             reordered[key] = out
         return reordered[key]
 
@@ -69,7 +69,7 @@ def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
         for n in new_nodes:
             n.inputs = [inner if i == name else i for i in n.inputs]
         formats[inner] = formats[name]
-        shapes[inner] = shapes[name]
+        shapes[inner] = shapes.get(name)
         node = Node(
             name=graph.unique_name(f"ReorderOutput_{name}"),
             op_type="Reorder",

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from pplpy.common.data_format import DataFormat
+
 from pplpy.engines.x86.kernels.onnx.activation_kernels import ClipKernel, UnaryKernel
 from pplpy.engines.x86.optimizer.canned import follow_input_format, same_shape_as_input
 from pplpy.engines.x86.optimizer.op_kernel import X86OptKernel
@@ -12,6 +14,7 @@ class UnaryOp(X86OptKernel):
     """An element-wise float32 op; ``impl_function`` names its eltwise impl."""
 
     impl_function = None
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     infer_shape = same_shape_as_input
     select_format = follow_input_format
 
@@ -32,6 +35,8 @@ class SigmoidOp(UnaryOp):
 @register_op("", "Clip", versions=(6, 28))
 class ClipOp(X86OptKernel):
     """y = min(max(x, min), max); min/max are attributes before opset 11, inputs after."""
+
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
 
     infer_shape = same_shape_as_input
 

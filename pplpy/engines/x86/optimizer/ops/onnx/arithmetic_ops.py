@@ -27,6 +27,7 @@ class ElementwiseOp(X86OptKernel):
     """Shared type checks and format choice of the broadcasting arithmetic ops."""
 
     supported_types = NUMERIC_TYPES
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     infer_shape = broadcast_inputs_shape
 
     def infer_type(self, in_types):
@@ -39,6 +40,8 @@ class ElementwiseOp(X86OptKernel):
 
     def select_format(self, in_formats, in_shapes):
         ndarray = [DataFormat.NDARRAY] * len(in_formats)
+        if any(s is None for s in in_shapes):
+            return ndarray, [DataFormat.NDARRAY]
         out_shape = broadcast_inputs_shape(self, in_shapes, None)[0]
         blocked = [f is DataFormat.N16CX for f in in_formats]
         if not any(blocked) or len(out_shape) < 3:

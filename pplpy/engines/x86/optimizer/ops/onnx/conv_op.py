@@ -16,6 +16,8 @@ from pplpy.oputils.onnx.pool_geometry import resolve_pads
 class ConvOp(X86OptKernel):
     """y = conv(x, W, group) + B."""
 
+    formats = (DataFormat.N16CX,)
+
     def geometry(self, x_shape, w_shape):
         """(out_spatial, pads_begin, pads_end) for these input and weight shapes."""
         p = self.param

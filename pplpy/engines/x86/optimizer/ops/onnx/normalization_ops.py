@@ -1,5 +1,6 @@
 """Op contexts of BatchNormalization (inference), LRN and Softmax."""
 
+from pplpy.common.data_format import DataFormat
 from pplpy.engines.x86.kernels.onnx.normalization_kernels import (
     BatchNormalizationKernel,
     LRNKernel,
@@ -15,6 +16,7 @@ from pplpy.oputils.onnx.shape_functions import normalize_axis
 class BatchNormalizationOp(X86OptKernel):
     """y = (x - mean[c]) / sqrt(var[c] + epsilon) * scale[c] + B[c]; any format."""
 
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     select_format = follow_input_format
 
     def infer_type(self, in_types):

@@ -21,6 +21,8 @@ from pplpy.oputils.onnx.pool_geometry import resolve_pads
 class WindowPoolOp(X86OptKernel):
     """Shared shape inference of the windowed pools."""
 
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
+
     def geometry(self, in_shape):
         """(out_spatial, pads_begin, pads_end) for an input shape."""
         p = self.param
@@ -70,6 +72,7 @@ class AveragePoolOp(WindowPoolOp):
 class GlobalAveragePoolOp(X86OptKernel):
     """y[n, c] = mean of x[n, c, ...], keeping size-1 spatial dims."""
 
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     select_format = follow_input_format
 
     def infer_shape(self, in_shapes, in_values):

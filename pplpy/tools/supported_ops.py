@@ -1,0 +1,56 @@
+"""Generate docs/supported_ops.md from the registries (``python -m pplpy.tools.supported_ops``).
+
+The table is never edited by hand: a test regenerates it and fails when the committed file
+is stale, so it always says what the code registers.
+"""
+
+import sys
+
+from pplpy.common.data_format import DataFormat
+from pplpy.engines.x86.optimizer.registry import registered_ops
+from pplpy.models.onnx.registry import registered_parsers
+
+
+def _ranges(entries):
+    return ", ".join(f"{first}-{last}" if first != last else str(first) for first, last in entries)
+
+
+def render():
+    parsers = {}
+    for entry in registered_parsers():
+        parsers.setdefault((entry.domain, entry.op_type), []).append((entry.first, entry.last))
+    lines = [
+        "# Supported operators",
+        "",
+        "Generated from pplpy's registries by `python -m pplpy.tools.supported_ops`; do not "
+        "edit by hand.",
+        "",
+        "| domain | op | parsed opsets | x86 opsets | types (input 0) | N16CX |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for domain, op_type, first, last, cls in registered_ops():
+        if domain == "pplpy":
+            continue
+        types = ", ".join(str(t) for t in cls.supported_types)
+        if len(cls.supported_types) > 6:
+            types = "any"
+        blocked = "yes" if DataFormat.N16CX in cls.formats else ""
+        lines.append(
+            f"| {domain or 'ai.onnx'} | {op_type} | {_ranges(parsers.get((domain, op_type), []))} "
+            f"| {first}-{last} | {types} | {blocked} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else "docs/supported_ops.md"
+    with open(path, "w") as f:
+        f.write(render())
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

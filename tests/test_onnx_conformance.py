@@ -1,0 +1,88 @@
+"""ONNX node conformance cases for every op pplpy supports, through the public API.
+
+The cases come from ``onnx.backend.test.case.node.collect_testcases`` (generated in memory
+from the onnx package).  A case runs when every node of its model is an op pplpy registers;
+each must pass, or be listed in EXCLUDES with the reason it cannot.
+"""
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+import pplpy
+from pplpy.engines.x86.optimizer.registry import find_op
+from pplpy.models.onnx.registry import find_parser, normalize_domain
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from onnx.backend.test.case.node import collect_testcases
+
+    ALL_CASES = collect_testcases(None)
+
+# case name -> why pplpy does not run it.
+EXCLUDES = {
+    "test_batchnorm_epsilon_training_mode": "training mode (batch statistics) is not supported",
+    "test_batchnorm_example_training_mode": "training mode (batch statistics) is not supported",
+    "test_dropout_default_mask_ratio": "training mode Dropout (random masks) is not supported",
+    "test_training_dropout": "training mode Dropout (random masks) is not supported",
+    "test_training_dropout_default": "training mode Dropout (random masks) is not supported",
+    "test_training_dropout_default_mask": "training mode Dropout (random masks) is not supported",
+    "test_training_dropout_mask": "training mode Dropout (random masks) is not supported",
+    "test_training_dropout_zero_ratio": "training mode Dropout is not supported",
+    "test_training_dropout_zero_ratio_mask": "training mode Dropout is not supported",
+}
+
+
+def _supported(model):
+    opsets = {normalize_domain(o.domain): o.version for o in model.opset_import}
+    for node in model.graph.node:
+        domain = normalize_domain(node.domain)
+        opset = opsets.get(domain)
+        if opset is None or find_parser(domain, node.op_type, opset) is None:
+            return False
+        if find_op(domain, node.op_type, opset) is None:
+            return False
+    return True
+
+
+CASES = [c for c in ALL_CASES if c.kind == "node" and _supported(c.model)]
+
+
+def test_cases_were_collected():
+    names = {c.name for c in CASES}
+    for expected in ("test_conv_with_strides_padding", "test_maxpool_2d_pads", "test_relu",
+                     "test_gemm_default_single_elem_vector_bias", "test_softmax_axis_1"):
+        assert expected in names
+
+
+def _feeds(model, inputs):
+    initializers = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in initializers]
+    return {name: np.asarray(value) for name, value in zip(names, inputs)}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_conformance(case, tmp_path):
+    if case.name in EXCLUDES:
+        # Excluded cases must still fail loudly rather than return wrong numbers.
+        path = tmp_path / "model.onnx"
+        onnx.save(case.model, path)
+        with pytest.raises(pplpy.PplError):
+            rt = pplpy.load(path)
+            for inputs, _ in case.data_sets:
+                rt.run(_feeds(case.model, inputs))
+        return
+    path = tmp_path / "model.onnx"
+    onnx.save(case.model, path)
+    rt = pplpy.load(path)
+    for inputs, expected in case.data_sets:
+        outputs = rt.run(_feeds(case.model, inputs))
+        for name, want in zip(rt.output_names, expected):
+            got = outputs[name]
+            want = np.asarray(want)
+            assert got.dtype == want.dtype, name
+            assert got.shape == want.shape, name
+            np.testing.assert_allclose(got, want, rtol=case.rtol, atol=max(case.atol, 1e-6),
+                                       err_msg=f"{case.name}: output {name}")

@@ -1,0 +1,260 @@
+"""pplpy's public behaviour through pplpy.load / RuntimeBuilder / Runtime: results, dynamic
+shapes, shared builds, threads, memory planning, reorders, and every error class."""
+
+import os
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx_builders import FLOAT, INT64, ISAS, make_model
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+import pplpy
+from pplpy.common.data_format import DataFormat
+
+RNG = np.random.default_rng(7)
+
+
+def conv_model(batch="N"):
+    w = RNG.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(8).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Softmax", ["r"], ["l"], axis=1),  # NDARRAY-only: forces a reorder
+        helper.make_node("MaxPool", ["l"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    return make_model(nodes, [("x", FLOAT, [batch, 3, 8, 8])], [("y", FLOAT, None)],
+                      [("w", w), ("b", b)])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_load_and_run_matches_reference(isa, save_model):
+    model = conv_model()
+    rt = pplpy.load(save_model(model), max_isa=isa)
+    x = RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    got = rt.run({"x": x})["y"]
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert rt.input_names == ["x"] and rt.output_names == ["y"]
+    assert rt.input_shapes == {"x": ("N", 3, 8, 8)}
+
+
+def test_reorders_are_inserted_between_formats(save_model):
+    rt = pplpy.load(save_model(conv_model()))
+    kinds = [(n.op_type, str(rt.plan.formats[n.outputs[0]])) for n in rt.graph.nodes]
+    # input reordered to N16CX for Conv, back to NDARRAY for Softmax; MaxPool follows it.
+    assert kinds == [("Reorder", "n16cx"), ("Conv", "n16cx"), ("Relu", "n16cx"),
+                     ("Reorder", "ndarray"), ("Softmax", "ndarray"), ("MaxPool", "ndarray")]
+
+
+def test_dynamic_batch_reinfers_shapes(save_model):
+    model = conv_model()
+    rt = pplpy.load(save_model(model))
+    ref = ReferenceEvaluator(model)
+    for batch in (1, 3, 1):
+        x = RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)
+        got = rt.run({"x": x})["y"]
+        assert got.shape == (batch, 8, 4, 4)
+        np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_memory_plan_shares_buffers(save_model):
+    # A chain of 6 Relus on 1 MB tensors: only two intermediates are alive at once.
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(6)]
+    model = make_model(nodes, [("t0", FLOAT, [256, 1024])], [("t6", FLOAT, None)])
+    rt = pplpy.load(save_model(model))
+    rt.run({"t0": np.ones((256, 1024), np.float32)})
+    one = 256 * 1024 * 4
+    assert one * 2 <= rt.memory_bytes < one * 3
+
+
+def test_builder_runtimes_share_kernels_and_run_on_threads(save_model):
+    model = conv_model()
+    builder = pplpy.RuntimeBuilder.from_onnx(save_model(model),
+                                             engines=[pplpy.X86Engine(num_threads=1)])
+    runtimes = [builder.create_runtime() for _ in range(2)]
+    assert runtimes[0].plan is runtimes[1].plan  # packed weights built once
+    ref = ReferenceEvaluator(model)
+    inputs = [RNG.standard_normal((4, 3, 8, 8)).astype(np.float32) for _ in range(2)]
+    results, errors = [None, None], []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                results[i] = runtimes[i].run({"x": inputs[i]})["y"]
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i in range(2):
+        np.testing.assert_allclose(results[i], ref.run(None, {"x": inputs[i]})[0],
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_outputs_are_not_overwritten_by_later_runs(save_model):
+    rt = pplpy.load(save_model(conv_model()))
+    a = rt.run({"x": np.ones((1, 3, 8, 8), np.float32)})["y"]
+    kept = a.copy()
+    rt.run({"x": np.zeros((1, 3, 8, 8), np.float32)})
+    np.testing.assert_array_equal(a, kept)
+
+
+def test_max_isa_env_and_invalid_value(monkeypatch):
+    monkeypatch.setenv("PPLPY_MAX_ISA", "sse")
+    assert pplpy.X86Engine().options.isa == "sse"
+    monkeypatch.delenv("PPLPY_MAX_ISA")
+    with pytest.raises(pplpy.PplError, match="choose one of avx512, fma, sse"):
+        pplpy.X86Engine(max_isa="neon")
+
+
+def test_custom_pass_pipeline_from_yaml(save_model, tmp_path):
+    nodes = [helper.make_node("Identity", ["x"], ["i"]), helper.make_node("Relu", ["i"], ["y"])]
+    path = save_model(make_model(nodes, [("x", FLOAT, [4])], [("y", FLOAT, None)]))
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text("- {pass: dead_code_elimination, mode: once}\n")
+    from pplpy.optimizer import load_pipeline
+
+    rt = pplpy.load(path, pipeline=load_pipeline(pipeline))
+    assert [n.op_type for n in rt.graph.nodes] == ["Identity", "Relu"]  # identity kept
+    assert [n.op_type for n in pplpy.load(path).graph.nodes] == ["Relu"]
+    pipeline.write_text("- {pass: no_such_pass}\n")
+    with pytest.raises(pplpy.PplError, match="unknown pass 'no_such_pass'"):
+        load_pipeline(pipeline)
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def test_model_error_for_missing_and_garbage_files(tmp_path):
+    with pytest.raises(pplpy.ModelError, match="does not exist"):
+        pplpy.load(tmp_path / "nope.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\xff not a protobuf \x12\x34")
+    with pytest.raises(pplpy.ModelError):
+        pplpy.load(bad)
+
+
+def test_model_error_for_external_data_outside_the_folder(tmp_path):
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", FLOAT, [4])],
+                       [("y", FLOAT, None)], [("w", np.ones(4, np.float32))])
+    tensor = model.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.ClearField("float_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "../secret.bin"
+    (tmp_path / "secret.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    folder = tmp_path / "models"
+    folder.mkdir()
+    path = folder / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(pplpy.ModelError, match="outside the model's folder"):
+        pplpy.load(path)
+    entry.value = "weights.bin"
+    (folder / "weights.bin").write_bytes(np.full(4, 2, np.float32).tobytes())
+    path.write_bytes(model.SerializeToString())
+    out = pplpy.load(path).run({"x": np.ones(4, np.float32)})["y"]
+    np.testing.assert_array_equal(out, np.full(4, 3, np.float32))
+
+
+def test_unsupported_op_error_lists_every_node(save_model):
+    nodes = [
+        helper.make_node("Erf", ["x"], ["a"], name="erf_node"),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Frobnicate", ["b"], ["y"], domain="com.example", name="frob"),
+    ]
+    model = make_model(nodes, [("x", FLOAT, [4])], [("y", FLOAT, None)],
+                       extra_opsets=[("com.example", 3)])
+    with pytest.raises(pplpy.UnsupportedOpError) as info:
+        pplpy.load(save_model(model))
+    message = str(info.value)
+    assert 'node "erf_node" (ai.onnx::Erf, opset 13)' in message
+    assert 'node "frob" (com.example::Frobnicate, opset 3)' in message
+    assert [n[0] for n in info.value.nodes] == ["erf_node", "frob"]
+
+
+def test_unsupported_type_is_reported(save_model):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [("x", onnx.TensorProto.DOUBLE, [4])], [("y", onnx.TensorProto.DOUBLE, None)])
+    with pytest.raises(pplpy.UnsupportedOpError, match="input type float64 is not supported"):
+        pplpy.load(save_model(model))
+
+
+def test_shape_error_names_node_and_shapes(save_model):
+    model = make_model([helper.make_node("Gemm", ["x", "w"], ["y"], name="fc")],
+                       [("x", FLOAT, [2, 3])], [("y", FLOAT, None)],
+                       [("w", np.ones((5, 4), np.float32))])
+    with pytest.raises(pplpy.ShapeError, match=r'node "fc" .*inner dims differ.*\[2, 3\], \[5, 4\]'):
+        pplpy.load(save_model(model))
+
+
+def test_shape_error_at_run_time_for_incompatible_feeds(save_model):
+    model = make_model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+                       [("a", FLOAT, ["n"]), ("b", FLOAT, ["m"])], [("y", FLOAT, None)])
+    rt = pplpy.load(save_model(model))
+    with pytest.raises(pplpy.ShapeError, match='node "add".*cannot be broadcast'):
+        rt.run({"a": np.ones(3, np.float32), "b": np.ones(4, np.float32)})
+    # The runtime still works afterwards.
+    out = rt.run({"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})["y"]
+    np.testing.assert_array_equal(out, np.full(3, 2, np.float32))
+
+
+def test_input_errors(save_model):
+    rt = pplpy.load(save_model(conv_model(batch=1)))
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    with pytest.raises(pplpy.InputError, match=r"unknown input\(s\) \['z'\]"):
+        rt.run({"x": x, "z": x})
+    with pytest.raises(pplpy.InputError, match=r"missing input\(s\) \['x'\]"):
+        rt.run({})
+    with pytest.raises(pplpy.InputError,
+                       match=r'input "x": expected float32 \[1,3,8,8\], got float16'):
+        rt.run({"x": x.astype(np.float16)})
+    with pytest.raises(pplpy.InputError, match="expected shape"):
+        rt.run({"x": np.zeros((1, 3, 8), np.float32)})
+    with pytest.raises(pplpy.InputError, match="expected shape"):
+        rt.run({"x": np.zeros((2, 3, 8, 8), np.float32)})
+    with pytest.raises(pplpy.InputError, match="dict"):
+        rt.run([x])
+
+
+def test_in_shapes_fix_free_dims_and_are_checked(save_model):
+    path = save_model(conv_model())
+    rt = pplpy.load(path, in_shapes={"x": (4, 3, 8, 8)})
+    assert rt.run({"x": np.zeros((4, 3, 8, 8), np.float32)})["y"].shape == (4, 8, 4, 4)
+    with pytest.raises(pplpy.InputError, match="does not fit"):
+        pplpy.load(path, in_shapes={"x": (4, 3, 9, 9)})
+    with pytest.raises(pplpy.InputError, match="unknown input"):
+        pplpy.load(path, in_shapes={"nope": (1,)})
+
+
+def test_reshape_shape_fed_at_run_time(save_model):
+    model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"])],
+                       [("x", FLOAT, [2, 6]), ("s", INT64, [2])], [("y", FLOAT, None)])
+    rt = pplpy.load(save_model(model))
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    assert rt.run({"x": x, "s": np.array([3, 4])})["y"].shape == (3, 4)
+    assert rt.run({"x": x, "s": np.array([4, 3])})["y"].shape == (4, 3)
+    with pytest.raises(pplpy.ShapeError):
+        rt.run({"x": x, "s": np.array([5, 3])})
+
+
+def test_blocked_format_kept_through_cnn_ops(save_model):
+    rt = pplpy.load(save_model(conv_model()))
+    blocked = [n.op_type for n in rt.graph.nodes if rt.plan.formats[n.outputs[0]] is DataFormat.N16CX]
+    assert "Conv" in blocked and "Relu" in blocked
+
+
+def test_errors_do_not_leak_process_state(save_model):
+    """After a failed build, the same process builds and runs other models normally."""
+    with pytest.raises(pplpy.ModelError):
+        pplpy.load(os.devnull)
+    rt = pplpy.load(save_model(conv_model(batch=1)))
+    assert rt.run({"x": np.zeros((1, 3, 8, 8), np.float32)})["y"].shape == (1, 8, 4, 4)
