@@ -73,7 +73,8 @@ def flatten_shape(in_shape, axis):
     rank = len(in_shape)
     if not -rank <= axis <= rank:
         raise ValueError(f"axis {axis} is out of range for rank {rank}")
-    axis = axis % (rank + 1) if axis < 0 else axis
+    if axis < 0:
+        axis += rank  # ONNX: a negative axis counts from the back, -1 is the last dim
     outer = 1
     for d in in_shape[:axis]:
         outer *= d

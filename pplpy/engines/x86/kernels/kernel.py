@@ -37,7 +37,7 @@ class X86Kernel(abc.ABC):
 
     def can_do_execute(self, ctx):
         """False when every output is empty: nothing to compute."""
-        return any(shape.element_count > 0 for shape in ctx.output_shapes)
+        return any(s is not None and s.element_count > 0 for s in ctx.output_shapes)
 
     @abc.abstractmethod
     def do_execute(self, ctx):

@@ -1,0 +1,61 @@
+"""Op contexts of Constant and ConstantOfShape: outputs made from the node's param.
+
+Both are usually gone before the engine sees them (constant_to_initializer and constant
+folding); they run as nodes when a pipeline keeps them or their output is a graph output.
+"""
+
+from pplpy.common.data_type import DataType
+from pplpy.engines.x86.kernels.onnx.constant_kernels import ConstantKernel, ConstantOfShapeKernel
+from pplpy.engines.x86.optimizer.ops.onnx.shape_ops import check_int64_input, constant_vector
+from pplpy.engines.x86.optimizer.op_kernel import X86OptKernel
+from pplpy.engines.x86.optimizer.registry import register_op
+from pplpy.params.onnx.tensor_value import TensorValue
+
+
+def value_type(op, value, what):
+    """DataType of a param's TensorValue, or an unsupported error naming its dtype."""
+    array = value.array if isinstance(value, TensorValue) else None
+    data_type = DataType.from_numpy(array.dtype) if array is not None else None
+    if data_type is None:
+        kind = array.dtype if array is not None else type(value).__name__
+        raise op.unsupported(f"{what} of element type {kind} is not supported "
+                             f"(pplpy has: {', '.join(str(t) for t in DataType)})")
+    return data_type
+
+
+@register_op("", "Constant", versions=(1, 28))
+class ConstantOp(X86OptKernel):
+    """y = the value attribute (value, value_float(s), value_int(s) ...) as one tensor."""
+
+    def infer_type(self, in_types):
+        return [value_type(self, self.param.value, "a Constant value")]
+
+    def infer_shape(self, in_shapes, in_values):
+        return [tuple(self.param.value.array.shape)]
+
+    def create_kernel(self):
+        return ConstantKernel(self)
+
+
+@register_op("", "ConstantOfShape", versions=(9, 28))
+class ConstantOfShapeOp(X86OptKernel):
+    """y = full(input 0, value); value is a one-element tensor, default float32 0.  An empty
+    shape gives a scalar."""
+
+    value_inputs = (0,)
+
+    def infer_type(self, in_types):
+        check_int64_input(self, in_types, 0, "shape")
+        value = self.param.value if self.param is not None else None
+        if value is None:
+            return [DataType.FLOAT32]
+        return [value_type(self, value, "a ConstantOfShape value")]
+
+    def infer_shape(self, in_shapes, in_values):
+        dims = constant_vector(self, in_shapes, in_values, 0, "a shape")
+        if any(d < 0 for d in dims):
+            raise self.shape_error(f"shape {dims} has a negative dim", in_shapes)
+        return [tuple(dims)]
+
+    def create_kernel(self):
+        return ConstantOfShapeKernel(self)
