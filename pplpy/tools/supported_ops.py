@@ -29,7 +29,7 @@ def render():
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for domain, op_type, first, last, cls in registered_ops():
-        if domain == "pplpy":
+        if domain != "":  # pplpy's own nodes and plugins' ops are not pplpy's ONNX support
             continue
         types = ", ".join(str(t) for t in cls.supported_types)
         if len(cls.supported_types) > 6:
