@@ -1,0 +1,2 @@
+# Pooling kernels, fma build: the body is _pool_fp32.pxi.
+include "_pool_fp32.pxi"
