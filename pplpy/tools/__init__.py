@@ -1,0 +1,1 @@
+"""Command-line tools: ``pplnn`` (pplpy.tools.pplnn) runs, times and inspects a model."""

@@ -1,0 +1,471 @@
+"""pplnn: run, time and inspect an ONNX model with pplpy, after PPL.NN's ``pplnn`` tool.
+
+    pplnn                                                  # the demo model shipped with pplpy
+    pplnn --onnx-model m.onnx --in-shapes 1_3_224_224 --enable-profiling
+    pplnn --onnx-model m.onnx --inputs x.dat --save-outputs --save-data-dir out/
+    pplnn --onnx-model m.onnx --dump-graph --disable-avx512
+
+    options --> pplpy.load (ISA cap, threads, build shapes from --in-shapes)
+            --> inputs: raw files (--inputs) or seeded random of the build shapes
+            --> one run --> summary, outputs [--save-outputs], graph [--dump-graph]
+            --> [--warmup-iterations, then --min-profiling-iterations timed runs,
+                 per-node and per-op-type table with --enable-profiling]
+
+Files are raw binary, as in PPL.NN: the elements of a tensor in C order and the model's
+element type, no header.  Outputs are written as ``pplnn_output-<name>.dat`` (inputs, with
+``--save-inputs``, as ``pplnn_input-<name>.dat``), the name with every character outside
+``[A-Za-z0-9._-]`` replaced by ``_``.
+
+Exit status: 0 on success; 2 for anything a user can cause (a pplpy error, a bad option, a
+missing or wrong-sized file), reported as one line ``pplnn: error: ...`` on stderr.
+"""
+
+import argparse
+import importlib.metadata
+import math
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+import pplpy
+from pplpy.common.data_format import DataFormat
+from pplpy.common.isa import supported_isas
+from pplpy.common.isa_tiers import ISA_NAMES
+from pplpy.errors import PplError
+from pplpy.plugins import ENTRY_POINT_GROUP
+
+PROG = "pplnn"
+REORDER_DOMAIN = "pplpy"  # the domain of the Reorder nodes the x86 engine inserts
+
+
+class CliError(Exception):
+    """Bad command-line input: reported like a pplpy error, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # argparse would print the usage and exit; we want one line and a return value.
+        raise CliError(f"{message} (see {PROG} --help)")
+
+
+def _count(text):
+    """argparse type: an int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _positive(text):
+    """argparse type: an int >= 1."""
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def build_parser():
+    parser = _Parser(
+        prog=PROG,
+        description="Run an ONNX model with pplpy. With no --onnx-model, runs the demo model "
+        "shipped with pplpy.",
+    )
+    parser.add_argument("--version", action="version", version=f"pplpy {pplpy.__version__}")
+    model = parser.add_argument_group("model and inputs")
+    model.add_argument("--onnx-model", metavar="PATH", help="the ONNX model to run")
+    model.add_argument(
+        "--in-shapes", metavar="SHAPES",
+        help="input shapes in input order: dims joined by '_', inputs separated by ',' "
+        "(e.g. 1_3_224_224,1_10); fixes the model's free dims at build time",
+    )
+    model.add_argument(
+        "--inputs", metavar="FILES",
+        help="raw binary input files separated by ',', one per input in input order, each "
+        "holding the input's element type and shape in C order",
+    )
+    model.add_argument("--seed", type=int, default=0,
+                       help="seed of the random inputs used without --inputs (default 0)")
+
+    out = parser.add_argument_group("outputs")
+    out.add_argument("--save-outputs", action="store_true",
+                     help="write each output to <save-data-dir>/pplnn_output-<name>.dat")
+    out.add_argument("--save-inputs", action="store_true",
+                     help="write each input to <save-data-dir>/pplnn_input-<name>.dat")
+    out.add_argument("--save-data-dir", metavar="DIR", default=".",
+                     help="folder for --save-outputs / --save-inputs (default: .)")
+    out.add_argument("--dump-graph", action="store_true",
+                     help="print the graph as the engine built it: nodes in run order, "
+                     "tensor shapes and formats, inserted Reorder nodes")
+
+    timing = parser.add_argument_group("timing")
+    timing.add_argument("--warmup-iterations", type=_count, default=None, metavar="N",
+                        help="untimed runs before the timed ones (default 1)")
+    timing.add_argument("--min-profiling-iterations", type=_count, default=None, metavar="N",
+                        help="timed runs; prints mean/min/max run time")
+    timing.add_argument("--enable-profiling", action="store_true",
+                        help="time every node over the timed runs and print per-node and "
+                        "per-op-type tables")
+
+    engine = parser.add_argument_group("x86 engine")
+    engine.add_argument("--num-threads", type=_positive, default=1, metavar="N",
+                        help="threads each kernel may use (default 1)")
+    engine.add_argument("--max-isa", choices=ISA_NAMES,
+                        help="best ISA tier to use (default: the best this CPU has, or "
+                        "$PPLPY_MAX_ISA)")
+    engine.add_argument("--disable-avx512", action="store_true",
+                        help="do not use AVX-512 kernels (same as --max-isa fma)")
+    engine.add_argument("--disable-avx-fma3", action="store_true",
+                        help="use only SSE4.1 kernels (same as --max-isa sse)")
+    return parser
+
+
+# -- option parsing helpers ---------------------------------------------------------------
+
+
+def parse_in_shapes(text):
+    """"1_3_224_224,1_10" -> [(1, 3, 224, 224), (1, 10)]; raises CliError when malformed."""
+    shapes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not re.fullmatch(r"\d+(_\d+)*", part):
+            raise CliError(f"--in-shapes: {part!r} is not a shape like 1_3_224_224 (dims are "
+                           f"whole numbers joined by '_', inputs separated by ',')")
+        shapes.append(tuple(int(d) for d in part.split("_")))
+    return shapes
+
+
+def isa_cap(args):
+    """The most restrictive of --max-isa, --disable-avx512 and --disable-avx-fma3 (or None)."""
+    caps = []
+    if args.max_isa:
+        caps.append(args.max_isa)
+    if args.disable_avx512:
+        caps.append("fma")
+    if args.disable_avx_fma3:
+        caps.append("sse")
+    return max(caps, key=ISA_NAMES.index) if caps else None
+
+
+def sanitize(name):
+    """A tensor name made safe for a file name, as PPL.NN does."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+def _dims(dims):
+    if dims is None:
+        return "[?]"
+    return "[" + ",".join(str(d) if isinstance(d, int) and d >= 0 else "?" for d in dims) + "]"
+
+
+def _describe(dtype, shape):
+    return f"{np.dtype(dtype).name} {_dims(tuple(shape))}"
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+
+def build_input_shapes(rt):
+    """Each input's dims as built (declared dims, free ones from --in-shapes or 1)."""
+    build = rt.plan.build_shapes
+    return {t.name: tuple(int(d) for d in build[t.name]) for t in rt.inputs}
+
+
+def read_inputs(rt, files):
+    """Read one raw file per input, checking its size against the input's type and shape."""
+    paths = [p.strip() for p in files.split(",")]
+    tensors = rt.inputs
+    if len(paths) != len(tensors) or not all(paths):
+        names = ", ".join(f'"{t.name}"' for t in tensors)
+        raise CliError(f"--inputs: got {len(paths)} file name(s) {paths} for "
+                       f"{len(tensors)} input(s) {names}; give one file per input, in order")
+    shapes = build_input_shapes(rt)
+    feeds, sources = {}, {}
+    for tensor, path in zip(tensors, paths):
+        shape, dtype = shapes[tensor.name], tensor.dtype
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise CliError(f'--inputs: cannot read "{path}" for input "{tensor.name}": '
+                           f"{exc.strerror or exc}") from None
+        want = math.prod(shape) * dtype.itemsize
+        if len(data) != want:
+            raise CliError(
+                f'--inputs: "{path}" has {len(data)} bytes but input "{tensor.name}" '
+                f"({_describe(dtype, shape)}) needs {want}; write the raw {dtype.name} "
+                f"elements in C order, or give --in-shapes"
+            )
+        feeds[tensor.name] = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+        sources[tensor.name] = f'from "{path}"'
+    return feeds, sources
+
+
+def random_inputs(rt, seed):
+    """Seeded random inputs of the build shapes: floats in [0, 1), ints in [0, 10)."""
+    rng = np.random.default_rng(seed)
+    feeds, sources = {}, {}
+    for tensor, shape in zip(rt.inputs, build_input_shapes(rt).values()):
+        dtype = tensor.dtype
+        if dtype.kind == "f":
+            value = rng.random(shape).astype(dtype)
+        elif dtype.kind == "b":
+            value = rng.random(shape) < 0.5
+        else:
+            value = rng.integers(0, 10, size=shape).astype(dtype)
+        feeds[tensor.name] = value
+        sources[tensor.name] = f"random, seed {seed}"
+    return feeds, sources
+
+
+# -- outputs ------------------------------------------------------------------------------
+
+
+def save_tensors(arrays, directory, prefix):
+    """Write each array raw as <directory>/<prefix><sanitised name>.dat; returns the rows
+    written as (name, path, bytes)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f'--save-data-dir: cannot create "{directory}": '
+                       f"{exc.strerror or exc}") from None
+    used, rows = set(), []
+    for name, array in arrays.items():
+        stem = f"{prefix}{sanitize(name)}"
+        filename, k = f"{stem}.dat", 2
+        while filename in used:  # two names that sanitise alike must not overwrite
+            filename, k = f"{stem}_{k}.dat", k + 1
+        used.add(filename)
+        path = os.path.join(directory, filename)
+        data = np.ascontiguousarray(array).tobytes()
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as exc:
+            raise CliError(f'cannot write "{path}": {exc.strerror or exc}') from None
+        rows.append((name, path, len(data)))
+    return rows
+
+
+def _stats(array):
+    if array.size == 0:
+        return "(empty)"
+    if array.dtype.kind == "b":
+        return f"true {int(array.sum())} of {array.size}"
+    values = array.astype(np.float64)
+    return f"min {values.min():.6g}  max {values.max():.6g}  mean {values.mean():.6g}"
+
+
+# -- graph dump ---------------------------------------------------------------------------
+
+
+def is_inserted_reorder(node):
+    return node.domain == REORDER_DOMAIN and node.op_type == "Reorder"
+
+
+def format_graph(rt):
+    """The engine-processed graph as text: nodes in run order with each tensor's type,
+    shape and format; Reorder nodes the engine inserted are marked with '*'."""
+    graph, plan = rt.graph, rt.plan
+    shapes = rt.tensor_shapes()
+    nodes = list(graph.nodes)
+    reorders = sum(1 for n in nodes if is_inserted_reorder(n))
+
+    def tensor(name, column):
+        if not name:
+            return "(omitted)"
+        ts = shapes.get(name)
+        fmt = plan.formats.get(name, DataFormat.NDARRAY).name
+        if ts is not None:
+            desc = f"{ts.data_type} {_dims(ts.dims)}"
+        elif name in graph.constants:
+            desc = _describe(graph.constants[name].dtype, graph.constants[name].shape)
+        else:
+            desc = f"{plan.types.get(name, '?')} [?]"
+        tags = []
+        if name in graph.constants:
+            tags.append("constant")
+        if name in graph.input_names:
+            tags.append("graph input")
+        if name in graph.output_names:
+            tags.append("graph output")
+        tag = f"  ({', '.join(tags)})" if tags else ""
+        return f"{name.ljust(column)}  {desc}  {fmt}{tag}"
+
+    lines = [
+        f"graph after the x86 engine: {len(nodes)} node(s) in run order; "
+        f"* = Reorder inserted by pplpy ({reorders})"
+    ]
+    width = len(str(max(len(nodes) - 1, 0)))
+    for i, node in enumerate(nodes):
+        op = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"
+        if is_inserted_reorder(node):
+            src, dst = (plan.formats.get(n, DataFormat.NDARRAY).name
+                        for n in (node.inputs[0], node.outputs[0]))
+            lines.append(f"{i:>{width}} * {op} \"{node.name}\"  inserted: {src} -> {dst}")
+        else:
+            lines.append(f"{i:>{width}}   {op} \"{node.name}\"")
+        pad = " " * (width + 5)
+        names = [n or "(omitted)" for n in node.inputs + node.outputs]
+        column = max(map(len, names), default=0)
+        lines += [f"{pad}in   {tensor(name, column)}" for name in node.inputs]
+        lines += [f"{pad}out  {tensor(name, column)}" for name in node.outputs]
+    lines.append(f"reorders inserted: {reorders}")
+    return "\n".join(lines)
+
+
+# -- timing and profile -------------------------------------------------------------------
+
+
+def _table(header, rows, numeric):
+    """Indented text table; the first ``numeric`` columns from the right are right-aligned."""
+    cells = [header] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    first_numeric = len(header) - numeric
+    return [
+        "  " + "  ".join(c.rjust(w) if i >= first_numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        for row in cells
+    ]
+
+
+def format_profile(profiler):
+    """Per-node and per-op-type tables of a Profiler (mean ms per run, share of total)."""
+    runs = profiler.runs
+    per_node = profiler.per_node()
+    total = sum(ms for _, _, ms in per_node) or 1.0
+    lines = [f"profile per node (mean over {runs} run(s)):"]
+    lines += _table(["node", "op type", "ms", "%"],
+                    [(n, t, f"{ms:.4f}", f"{100 * ms / total:.1f}") for n, t, ms in per_node], 2)
+    lines.append(f"profile per op type (mean over {runs} run(s)):")
+    lines += _table(
+        ["op type", "nodes", "ms", "%"],
+        [(t, c, f"{ms:.4f}", f"{100 * share:.1f}") for t, c, ms, share in profiler.per_op_type()],
+        3,
+    )
+    lines.append(f"  total of nodes: {sum(ms for _, _, ms in per_node):.4f} ms per run")
+    return "\n".join(lines)
+
+
+def time_runs(rt, feeds, warmup, iterations, profile):
+    """Run ``warmup`` untimed then ``iterations`` timed runs; returns the times in ms."""
+    for _ in range(warmup):
+        rt.run(feeds)
+    rt.profiler.reset()
+    rt.profiler.enabled = profile
+    times = []
+    try:
+        for _ in range(iterations):
+            start = time.perf_counter()
+            rt.run(feeds)
+            times.append((time.perf_counter() - start) * 1e3)
+    finally:
+        rt.profiler.enabled = False
+    return times
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def _run(argv):
+    args = build_parser().parse_args(argv)
+    in_shapes = parse_in_shapes(args.in_shapes) if args.in_shapes is not None else None
+    demo = args.onnx_model is None
+    if demo:
+        from pplpy.data import DEMO_MODEL_PATH
+
+        path = DEMO_MODEL_PATH
+    else:
+        path = args.onnx_model
+        if not os.path.isfile(path):
+            raise CliError(f'--onnx-model: "{path}" does not exist or is not a file')
+
+    cap = isa_cap(args)
+    rt = pplpy.load(path, num_threads=args.num_threads, max_isa=cap, in_shapes=in_shapes)
+    options = rt.plan.options
+
+    print(f"pplnn (pplpy {pplpy.__version__})")
+    if demo:
+        print(f"model: {path}\n  (no --onnx-model given: running the demo model shipped with "
+              f"pplpy)")
+    else:
+        print(f"model: {path}")
+    cap_note = cap or os.environ.get("PPLPY_MAX_ISA") or "none"
+    print(f"isa: {options.isa} (cpu has: {', '.join(supported_isas())}; cap: {cap_note})")
+    print(f"threads: {options.num_threads}")
+    plugins = sorted(f"{ep.name} ({ep.value})"
+                     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    if plugins:
+        print(f"plugins: {', '.join(plugins)}")
+
+    if args.inputs is not None:
+        feeds, sources = read_inputs(rt, args.inputs)
+    else:
+        feeds, sources = random_inputs(rt, args.seed)
+    for name, value in feeds.items():
+        print(f'input "{name}": {_describe(value.dtype, value.shape)}  ({sources[name]})')
+
+    outputs = rt.run(feeds)
+    for name, value in outputs.items():
+        print(f'output "{name}": {_describe(value.dtype, value.shape)}  {_stats(value)}')
+    print(f"planned arena: {rt.memory_bytes} bytes")
+
+    if args.save_inputs:
+        for name, file, size in save_tensors(feeds, args.save_data_dir, "pplnn_input-"):
+            print(f'saved input "{name}" to {file} ({size} bytes)')
+    if args.save_outputs:
+        for name, file, size in save_tensors(outputs, args.save_data_dir, "pplnn_output-"):
+            print(f'saved output "{name}" to {file} ({size} bytes)')
+    if args.dump_graph:
+        print(format_graph(rt))
+
+    iterations = args.min_profiling_iterations or 0
+    if args.enable_profiling or iterations > 0:
+        iterations = max(iterations, 1)
+        warmup = 1 if args.warmup_iterations is None else args.warmup_iterations
+        times = time_runs(rt, feeds, warmup, iterations, args.enable_profiling)
+        print(f"run time over {iterations} run(s) after {warmup} warm-up: "
+              f"mean {sum(times) / len(times):.4f} ms, min {min(times):.4f} ms, "
+              f"max {max(times):.4f} ms")
+        if args.enable_profiling:
+            print(format_profile(rt.profiler))
+    return 0
+
+
+def _one_line(exc):
+    """An exception's message on one line (UnsupportedOpError lists nodes on several)."""
+    text = ""
+    for line in (line.strip() for line in str(exc).splitlines()):
+        if line:
+            text += (" " if text.endswith(":") else "; ") + line if text else line
+    return text
+
+
+def main(argv=None):
+    """Run pplnn with ``argv`` (default: sys.argv[1:]); returns the exit status."""
+    try:
+        return _run(argv)
+    except (CliError, PplError) as exc:
+        sys.stdout.flush()
+        print(f"{PROG}: error: {_one_line(exc) or type(exc).__name__}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help and --version end through argparse's exit
+        return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of our output went away (pplnn ... | head): stop quietly, and point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
