@@ -1,0 +1,422 @@
+/* Batch-reduce GEMM (brgemm) microkernel for fp32, written once for every x86 tier.
+ *
+ *   C[m x n] = post_op(alpha * sum_i A_i . B_i  (+ C if accumulate)  + beta * addend + bias)
+ *
+ * After oneDNN's brgemm (reference/003): one building block for GEMM and direct convolution.
+ *   A_i  m rows of k floats; row r starts at A_i + r * lda, unit stride along k.
+ *   B_i  a packed panel: k rows of PPL_NB floats, row kk at B_i + kk * PPL_NB.
+ *   C    column j of row r lives at c + r * ldc + (j / 16) * cbs + j % 16: a GEMM passes
+ *        cbs = 16 (plain row-major); a convolution on N16CX passes the distance between two
+ *        16-channel blocks, so one tile can span several channel blocks of the output.
+ *
+ * The including file defines PPL_VLEN (floats per vector register: 16 for AVX-512, 8 for
+ * AVX2/FMA, 4 for SSE) and compiles with that tier's -m flags.  Everything else is written
+ * with GCC vector extensions, so the three builds differ only in the vector width and the
+ * register blocking chosen below; testing one width tests the logic of all three.  The
+ * accumulators are a small array indexed with compile-time constants in fully unrolled loops,
+ * which gcc keeps in registers (explicit vector accumulators: plain scalar loops stay in
+ * memory, see PERFORMANCE.md).  Include this header only from modules of its own tier.
+ */
+#ifndef PPL_BRGEMM_FP32_H
+#define PPL_BRGEMM_FP32_H
+
+#ifndef PPL_VLEN
+#error "define PPL_VLEN (floats per vector register) before including _brgemm_fp32.h"
+#endif
+
+#include <math.h>
+#include <stddef.h>
+
+typedef float ppl_vf __attribute__((vector_size(PPL_VLEN * 4)));
+typedef int ppl_vi __attribute__((vector_size(PPL_VLEN * 4)));
+
+/* Register blocking: PPL_MR rows x PPL_NV vectors of accumulators (PPL_NB = PPL_NV * PPL_VLEN
+ * columns).  AVX-512 14 x 2 zmm (28 of 32 registers) and AVX2 6 x 2 ymm (12 of 16) were
+ * measured at 93-98% of peak (PERFORMANCE.md); SSE 6 x 2 xmm leaves 4 of 16 for B and the
+ * broadcast.  PPL_NB must be a multiple of 16 or divide 16, so that no vector straddles a
+ * 16-channel block of an N16CX output. */
+#ifndef PPL_MR  /* a test build may set PPL_MR and PPL_NV to try another tier's blocking */
+#if PPL_VLEN == 16
+#define PPL_MR 14
+#define PPL_NV 2
+#elif PPL_VLEN == 8
+#define PPL_MR 6
+#define PPL_NV 2
+#elif PPL_VLEN == 4
+#define PPL_MR 6
+#define PPL_NV 2
+#else
+#error "PPL_VLEN must be 4, 8 or 16"
+#endif
+#endif
+#if PPL_MR < 2 || PPL_MR > 14
+#error "PPL_MR must be in 2..14"
+#endif
+#define PPL_NB (PPL_NV * PPL_VLEN)
+#define PPL_CB 16
+#define PPL_CBV (PPL_CB / PPL_VLEN)
+
+/* Post-op codes: must match post_ops.pxd / post_ops.py. */
+enum { PPL_POST_NONE = 0, PPL_POST_RELU = 1, PPL_POST_LEAKY_RELU = 2, PPL_POST_CLIP = 3,
+       PPL_POST_SIGMOID = 4 };
+
+typedef struct {
+    float alpha;          /* scales the batch-reduced sum */
+    float beta;           /* scales addend */
+    const float *bias;    /* NULL, or bias[j] for tile column j (contiguous) */
+    const float *addend;  /* NULL, or a tile laid out like C (same ldc and cbs) */
+    int accumulate;       /* 1: add what C already holds (a later K chunk) */
+    int post_op;          /* PPL_POST_*, applied last */
+    float p0, p1;         /* post-op parameters */
+} ppl_epilogue;
+
+#define PPL_INLINE static inline __attribute__((always_inline))
+
+PPL_INLINE ppl_vf ppl_load(const float *p) {
+    ppl_vf v;
+    __builtin_memcpy(&v, p, sizeof v);  /* an unaligned vector load */
+    return v;
+}
+
+PPL_INLINE void ppl_store(float *p, ppl_vf v) { __builtin_memcpy(p, &v, sizeof v); }
+
+/* A broadcast written as an initialiser: "(ppl_vf){0} + s" would cost an add, since without
+ * -ffast-math 0 + s is not s (for s = -0). */
+PPL_INLINE ppl_vf ppl_splat(float s) {
+#if PPL_VLEN == 16
+    return (ppl_vf){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+#elif PPL_VLEN == 8
+    return (ppl_vf){s, s, s, s, s, s, s, s};
+#else
+    return (ppl_vf){s, s, s, s};
+#endif
+}
+
+PPL_INLINE ppl_vf ppl_select(ppl_vi mask, ppl_vf a, ppl_vf b) {
+    return (ppl_vf)(((ppl_vi)a & mask) | ((ppl_vi)b & ~mask));
+}
+
+/* Offset of the vector starting at tile column j0 (j0 a multiple of PPL_VLEN). */
+PPL_INLINE ptrdiff_t ppl_col(int j0, ptrdiff_t cbs) { return (j0 / PPL_CB) * cbs + j0 % PPL_CB; }
+
+/* The element-wise post-ops that need no exp, on a whole vector; sigmoid is done by
+ * ppl_post_sigmoid after the store.  Same formulas as ppl_post_scalar. */
+PPL_INLINE ppl_vf ppl_post_vec(ppl_vf x, int post_op, float p0, float p1) {
+    switch (post_op) {
+    case PPL_POST_RELU:
+        return ppl_select(x > 0, x, ppl_splat(0.0f));
+    case PPL_POST_LEAKY_RELU:
+        return ppl_select(x > 0, x, x * p0);
+    case PPL_POST_CLIP:
+        x = ppl_select(x < p0, ppl_splat(p0), x);
+        return ppl_select(x > p1, ppl_splat(p1), x);
+    default:
+        return x;
+    }
+}
+
+PPL_INLINE float ppl_post_scalar(float x, int post_op, float p0, float p1) {
+    switch (post_op) {
+    case PPL_POST_RELU:
+        return x > 0 ? x : 0.0f;
+    case PPL_POST_LEAKY_RELU:
+        return x > 0 ? x : x * p0;
+    case PPL_POST_CLIP:
+        x = x < p0 ? p0 : x;
+        return x > p1 ? p1 : x;
+    case PPL_POST_SIGMOID:
+        return 1.0f / (1.0f + expf(-x));
+    default:
+        return x;
+    }
+}
+
+PPL_INLINE void ppl_post_sigmoid(float *p, ptrdiff_t n) {
+    for (ptrdiff_t j = 0; j < n; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
+}
+
+/* Write acc[0..M) x [0..PPL_NV) through the epilogue into C.  A full-width tile works on
+ * vectors in place; a tile narrower than PPL_NB (the last panel of an N not a multiple of
+ * PPL_NB) goes through a scratch tile and scalar code, since its columns may not be loaded
+ * or stored as whole vectors. */
+PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_valid, float *c,
+                                   ptrdiff_t ldc, ptrdiff_t cbs, const ppl_epilogue *ep) {
+    const ppl_vf alpha = ppl_splat(ep->alpha);
+    if (n_valid == PPL_NB) {
+        const int post = ep->post_op;
+#pragma GCC unroll 16
+        for (int r = 0; r < M; r++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < PPL_NV; v++) {
+                const ptrdiff_t off = r * ldc + ppl_col(v * PPL_VLEN, cbs);
+                ppl_vf x = acc[r][v] * alpha;
+                if (ep->accumulate) x += ppl_load(c + off);
+                if (ep->addend) x += ppl_load(ep->addend + off) * ep->beta;
+                if (ep->bias) x += ppl_load(ep->bias + v * PPL_VLEN);
+                if (post != PPL_POST_NONE) x = ppl_post_vec(x, post, ep->p0, ep->p1);
+                ppl_store(c + off, x);
+            }
+        }
+        if (post == PPL_POST_SIGMOID)
+            for (int r = 0; r < M; r++)
+                for (int v = 0; v < PPL_NV; v++)
+                    ppl_post_sigmoid(c + r * ldc + ppl_col(v * PPL_VLEN, cbs), PPL_VLEN);
+        return;
+    }
+    float tmp[PPL_NB];
+    for (int r = 0; r < M; r++) {
+        for (int v = 0; v < PPL_NV; v++) ppl_store(tmp + v * PPL_VLEN, acc[r][v] * alpha);
+        for (int j = 0; j < n_valid; j++) {
+            const ptrdiff_t off = r * ldc + (j / PPL_CB) * cbs + j % PPL_CB;
+            float x = tmp[j];
+            if (ep->accumulate) x += c[off];
+            if (ep->addend) x += ep->addend[off] * ep->beta;
+            if (ep->bias) x += ep->bias[j];
+            c[off] = ppl_post_scalar(x, ep->post_op, ep->p0, ep->p1);
+        }
+    }
+}
+
+/* acc[r][v] += sum over the batch of A_i[r, :k] . B_i[:k, v-th vector]; M and (when the
+ * caller passes a literal) k are compile-time constants after inlining. */
+PPL_INLINE void ppl_tile_accumulate(const int M, ptrdiff_t nbatch, const float **a,
+                                    const float **b, const ptrdiff_t k, ptrdiff_t lda,
+                                    ppl_vf acc[][PPL_NV]) {
+    for (ptrdiff_t i = 0; i < nbatch; i++) {
+        const float *ai = a[i];
+        const float *bi = b[i];
+#pragma GCC unroll 16
+        for (ptrdiff_t kk = 0; kk < k; kk++) {
+            ppl_vf bv[PPL_NV];
+#pragma GCC unroll 4
+            for (int v = 0; v < PPL_NV; v++) bv[v] = ppl_load(bi + kk * PPL_NB + v * PPL_VLEN);
+#pragma GCC unroll 16
+            for (int r = 0; r < M; r++) {
+                const ppl_vf av = ppl_splat(ai[r * lda + kk]);
+#pragma GCC unroll 4
+                for (int v = 0; v < PPL_NV; v++) acc[r][v] += av * bv[v];
+            }
+        }
+    }
+}
+
+/* M rows (a compile-time constant after inlining), one accumulator per row and vector.  A
+ * convolution always steps k = 16 (one channel block) per batch element: that case gets a
+ * copy with the k loop fully unrolled, since its loop overhead is otherwise paid every 16
+ * steps. */
+PPL_INLINE void ppl_brgemm_tile(const int M, ptrdiff_t nbatch, const float **a, const float **b,
+                                ptrdiff_t k, ptrdiff_t lda, float *c, ptrdiff_t ldc,
+                                ptrdiff_t cbs, int n_valid, const ppl_epilogue *ep) {
+    ppl_vf acc[PPL_MR][PPL_NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NV; v++) acc[r][v] = ppl_splat(0.0f);
+    if (k == PPL_CB)
+        ppl_tile_accumulate(M, nbatch, a, b, PPL_CB, lda, acc);
+    else
+        ppl_tile_accumulate(M, nbatch, a, b, k, lda, acc);
+    ppl_epilogue_store(M, acc, n_valid, c, ldc, cbs, ep);
+}
+
+/* One row (a matrix-vector product, or a border pixel of a convolution): PPL_NV chains of
+ * dependent FMAs would be latency-bound, so four independent accumulator sets take
+ * successive k and are summed at the end. */
+PPL_INLINE void ppl_brgemm_row1(ptrdiff_t nbatch, const float **a, const float **b, ptrdiff_t k,
+                                float *c, ptrdiff_t cbs, int n_valid, const ppl_epilogue *ep) {
+    ppl_vf acc[4][PPL_NV];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++)
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NV; v++) acc[u][v] = ppl_splat(0.0f);
+    for (ptrdiff_t i = 0; i < nbatch; i++) {
+        const float *ai = a[i];
+        const float *bi = b[i];
+        ptrdiff_t kk = 0;
+        for (; kk + 4 <= k; kk += 4) {
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const ppl_vf av = ppl_splat(ai[kk + u]);
+#pragma GCC unroll 4
+                for (int v = 0; v < PPL_NV; v++)
+                    acc[u][v] += av * ppl_load(bi + (kk + u) * PPL_NB + v * PPL_VLEN);
+            }
+        }
+        for (; kk < k; kk++) {
+            const ppl_vf av = ppl_splat(ai[kk]);
+#pragma GCC unroll 4
+            for (int v = 0; v < PPL_NV; v++)
+                acc[0][v] += av * ppl_load(bi + kk * PPL_NB + v * PPL_VLEN);
+        }
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < PPL_NV; v++) acc[0][v] = (acc[0][v] + acc[1][v]) + (acc[2][v] + acc[3][v]);
+    ppl_epilogue_store(1, acc, n_valid, c, PPL_CB, cbs, ep);
+}
+
+/* C = epilogue(sum over nbatch of A_i[m x k] . B_i[k x PPL_NB]), 0 <= m <= PPL_MR; columns at
+ * and past n_valid (1 <= n_valid <= PPL_NB) are computed but not written.  The switch gives
+ * every row count its own fully unrolled copy of the kernel. */
+static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nbatch, const float **a, const float **b,
+                       ptrdiff_t k, ptrdiff_t lda, float *c, ptrdiff_t ldc, ptrdiff_t cbs,
+                       const ppl_epilogue *ep) {
+#define PPL_TILE_CASE(M) \
+    case M: ppl_brgemm_tile(M, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep); break;
+    switch (m) {
+    case 1: ppl_brgemm_row1(nbatch, a, b, k, c, cbs, n_valid, ep); break;
+    PPL_TILE_CASE(2)
+#if PPL_MR >= 3
+    PPL_TILE_CASE(3)
+#endif
+#if PPL_MR >= 4
+    PPL_TILE_CASE(4)
+#endif
+#if PPL_MR >= 5
+    PPL_TILE_CASE(5)
+#endif
+#if PPL_MR >= 6
+    PPL_TILE_CASE(6)
+#endif
+#if PPL_MR >= 7
+    PPL_TILE_CASE(7)
+#endif
+#if PPL_MR >= 8
+    PPL_TILE_CASE(8)
+#endif
+#if PPL_MR >= 9
+    PPL_TILE_CASE(9)
+#endif
+#if PPL_MR >= 10
+    PPL_TILE_CASE(10)
+#endif
+#if PPL_MR >= 11
+    PPL_TILE_CASE(11)
+#endif
+#if PPL_MR >= 12
+    PPL_TILE_CASE(12)
+#endif
+#if PPL_MR >= 13
+    PPL_TILE_CASE(13)
+#endif
+#if PPL_MR >= 14
+    PPL_TILE_CASE(14)
+#endif
+    default: break;
+    }
+#undef PPL_TILE_CASE
+}
+
+/* ---- Depthwise convolution on N16CX: one 16-channel block, vectorised over channels. ---- */
+
+/* Output pixels per register tile: PPL_DW_M x PPL_CBV = 8 accumulators at every width. */
+#define PPL_DW_M (PPL_VLEN / 2)
+
+/* One output pixel at input column iw0 = ow * sw - pl, any position (bounds checked). */
+PPL_INLINE void ppl_dw_pixel(const float *x, ptrdiff_t W, const float *w, int kh_lo, int kh_hi,
+                             ptrdiff_t ih0, ptrdiff_t iw0, int KW, int dh, int dw,
+                             ppl_vf acc[PPL_CBV]) {
+    for (int kh = kh_lo; kh < kh_hi; kh++) {
+        const float *xr = x + (ih0 + (ptrdiff_t)kh * dh) * W * PPL_CB;
+        for (int kw = 0; kw < KW; kw++) {
+            const ptrdiff_t iw = iw0 + (ptrdiff_t)kw * dw;
+            if (iw < 0 || iw >= W) continue;
+            const float *wp = w + (kh * KW + kw) * PPL_CB;
+#pragma GCC unroll 4
+            for (int v = 0; v < PPL_CBV; v++)
+                acc[v] += ppl_load(xr + iw * PPL_CB + v * PPL_VLEN) * ppl_load(wp + v * PPL_VLEN);
+        }
+    }
+}
+
+PPL_INLINE void ppl_dw_finish(ppl_vf acc[PPL_CBV], const float *bias, float *y, int post_op,
+                              float p0, float p1) {
+#pragma GCC unroll 4
+    for (int v = 0; v < PPL_CBV; v++) {
+        ppl_vf x = acc[v] + ppl_load(bias + v * PPL_VLEN);
+        ppl_store(y + v * PPL_VLEN, ppl_post_vec(x, post_op, p0, p1));
+    }
+    if (post_op == PPL_POST_SIGMOID) ppl_post_sigmoid(y, PPL_CB);
+}
+
+/* M interior pixels from output column ow (no bounds checks along W), M constant. */
+PPL_INLINE void ppl_dw_tile(const int M, const float *x, ptrdiff_t W, const float *w,
+                            const float *bias, float *y, ptrdiff_t ow, int kh_lo, int kh_hi,
+                            ptrdiff_t ih0, int KW, int sw, int pl, int dh, int dw, int post_op,
+                            float p0, float p1) {
+    ppl_vf acc[PPL_DW_M][PPL_CBV];
+#pragma GCC unroll 16
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_CBV; v++) acc[r][v] = ppl_splat(0.0f);
+    for (int kh = kh_lo; kh < kh_hi; kh++) {
+        const float *xr = x + ((ih0 + (ptrdiff_t)kh * dh) * W + ow * sw - pl) * PPL_CB;
+        for (int kw = 0; kw < KW; kw++) {
+            const float *xp = xr + (ptrdiff_t)kw * dw * PPL_CB;
+            const float *wp = w + (kh * KW + kw) * PPL_CB;
+            ppl_vf wv[PPL_CBV];
+#pragma GCC unroll 4
+            for (int v = 0; v < PPL_CBV; v++) wv[v] = ppl_load(wp + v * PPL_VLEN);
+#pragma GCC unroll 16
+            for (int r = 0; r < M; r++)
+#pragma GCC unroll 4
+                for (int v = 0; v < PPL_CBV; v++)
+                    acc[r][v] += ppl_load(xp + (ptrdiff_t)r * sw * PPL_CB + v * PPL_VLEN) * wv[v];
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < M; r++)
+        ppl_dw_finish(acc[r], bias, y + (ow + r) * PPL_CB, post_op, p0, p1);
+}
+
+/* y[ow, :] = post_op(bias + sum_{kh,kw} x[ih, iw, :] * w[kh, kw, :]) for one output row of one
+ * channel block: x is that block's (H, W, 16) plane, w its (KH, KW, 16) taps, y its (OW, 16)
+ * row, bias 16 floats.  Interior pixels go PPL_DW_M at a time (the remainder as one shorter
+ * tile); border pixels one at a time with bounds checks. */
+static __attribute__((unused)) void ppl_dw_row(const float *x, ptrdiff_t H, ptrdiff_t W,
+                                               const float *w, const float *bias, float *y,
+                                               ptrdiff_t OW, ptrdiff_t oh, int KH, int KW,
+                                               int sh, int sw, int pt, int pl, int dh, int dw,
+                                               int post_op, float p0, float p1) {
+    const ptrdiff_t ih0 = oh * sh - pt;
+    int kh_lo = 0, kh_hi = KH;
+    while (kh_lo < KH && ih0 + (ptrdiff_t)kh_lo * dh < 0) kh_lo++;
+    while (kh_hi > kh_lo && ih0 + (ptrdiff_t)(kh_hi - 1) * dh >= H) kh_hi--;
+    /* Interior columns: every kw lands inside [0, W). */
+    const ptrdiff_t last = W - 1 + pl - (ptrdiff_t)(KW - 1) * dw;
+    ptrdiff_t ow_lo = (pl + sw - 1) / sw;
+    ptrdiff_t ow_hi = last >= 0 ? last / sw + 1 : 0;
+    if (ow_hi > OW) ow_hi = OW;
+    if (ow_lo > ow_hi) ow_lo = ow_hi = 0;
+    for (ptrdiff_t ow = 0; ow < OW; ow++) {
+        if (ow == ow_lo) {  /* the interior, then carry on after it */
+            for (; ow + PPL_DW_M <= ow_hi; ow += PPL_DW_M)
+                ppl_dw_tile(PPL_DW_M, x, W, w, bias, y, ow, kh_lo, kh_hi, ih0, KW, sw, pl, dh,
+                            dw, post_op, p0, p1);
+#define PPL_DW_CASE(M) \
+    case M: ppl_dw_tile(M, x, W, w, bias, y, ow, kh_lo, kh_hi, ih0, KW, sw, pl, dh, dw, \
+                        post_op, p0, p1); break;
+            switch (ow_hi - ow) {
+            PPL_DW_CASE(1)
+#if PPL_DW_M > 2
+            PPL_DW_CASE(2)
+            PPL_DW_CASE(3)
+#endif
+#if PPL_DW_M > 4
+            PPL_DW_CASE(4)
+            PPL_DW_CASE(5)
+            PPL_DW_CASE(6)
+            PPL_DW_CASE(7)
+#endif
+            default: break;
+            }
+#undef PPL_DW_CASE
+            ow = ow_hi;
+            if (ow >= OW) break;
+        }
+        ppl_vf acc[PPL_CBV] = {0};
+        ppl_dw_pixel(x, W, w, kh_lo, kh_hi, ih0, ow * sw - pl, KW, dh, dw, acc);
+        ppl_dw_finish(acc, bias, y + ow * PPL_CB, post_op, p0, p1);
+    }
+}
+
+#endif /* PPL_BRGEMM_FP32_H */

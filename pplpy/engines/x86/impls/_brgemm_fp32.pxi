@@ -1,0 +1,28 @@
+# Cython declarations of the brgemm microkernel in _brgemm_fp32.h.  Included by the family
+# bodies (_gemm_fp32.pxi, _conv_fp32.pxi); the including .pyx must define PPL_VLEN first.
+
+cdef extern from "_brgemm_fp32.h" nogil:
+    enum:
+        PPL_VLEN     # floats per vector register of this tier
+        PPL_MR       # rows per register tile
+        PPL_NB       # columns per packed B panel
+        PPL_CB       # channels per N16CX block (16)
+
+    ctypedef struct ppl_epilogue:
+        float alpha
+        float beta
+        const float *bias
+        const float *addend
+        int accumulate
+        int post_op
+        float p0
+        float p1
+
+    void ppl_brgemm(int m, int n_valid, Py_ssize_t nbatch, const float **a, const float **b,
+                    Py_ssize_t k, Py_ssize_t lda, float *c, Py_ssize_t ldc, Py_ssize_t cbs,
+                    const ppl_epilogue *ep)
+
+    void ppl_dw_row(const float *x, Py_ssize_t H, Py_ssize_t W, const float *w,
+                    const float *bias, float *y, Py_ssize_t OW, Py_ssize_t oh, int KH, int KW,
+                    int sh, int sw, int pt, int pl, int dh, int dw, int post_op, float p0,
+                    float p1)

@@ -1,0 +1,6 @@
+# gemm_fp32 for the sse tier: the body is _gemm_fp32.pxi, vectors of 4 floats.
+cdef extern from *:
+    """
+    #define PPL_VLEN 4
+    """
+include "_gemm_fp32.pxi"

@@ -1,0 +1,200 @@
+"""conv_fp32 impls (direct N16CX convolution on brgemm) against a numpy reference, every ISA."""
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+from pplpy.common.isa import supported_isas
+from pplpy.common.isa_tiers import ISA_NAMES
+from pplpy.engines.x86.impls.dispatch import load_variant
+from pplpy.engines.x86.impls.post_ops import PostOp
+
+IMPLS = pathlib.Path(__file__).parents[4] / "pplpy/engines/x86/impls"
+
+
+@pytest.fixture(params=ISA_NAMES)
+def conv(request):
+    isa = request.param
+    if isa not in supported_isas():
+        pytest.skip(f"CPU lacks {isa}")
+    return load_variant("conv_fp32", isa)
+
+
+def to_n16cx(x):
+    n, c, h, w = x.shape
+    cb = -(-c // 16)
+    padded = np.zeros((n, cb * 16, h, w), np.float32)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, cb, 16, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def from_n16cx(y, c):
+    n, cb, h, w, _ = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * 16, h, w)[:, :c]
+
+
+def conv_ref(x, w, b, group, strides, pads, dils, out_hw):
+    """y[n, o, i, j] = b[o] + sum_{c, p, q} x_pad[n, g*icg + c, i*sh + p*dh, j*sw + q*dw] w[o, c, p, q]."""
+    n, ic, h, wd = x.shape
+    oc, icg, kh, kw = w.shape
+    (sh, sw), (pt, pl), (dh, dw), (oh, ow) = strides, pads, dils, out_hw
+    need_h = (oh - 1) * sh + (kh - 1) * dh + 1
+    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
+    xp = np.zeros((n, ic, pt + max(h, need_h) + 1, pl + max(wd, need_w) + 1), np.float64)
+    xp[:, :, pt:pt + h, pl:pl + wd] = x
+    ocg = oc // group
+    y = np.zeros((n, oc, oh, ow), np.float64)
+    for g in range(group):
+        xg = xp[:, g * icg:(g + 1) * icg]
+        wg = w[g * ocg:(g + 1) * ocg].astype(np.float64)
+        for p in range(kh):
+            for q in range(kw):
+                patch = xg[:, :, p * dh:p * dh + (oh - 1) * sh + 1:sh,
+                           q * dw:q * dw + (ow - 1) * sw + 1:sw]
+                y[:, g * ocg:(g + 1) * ocg] += np.einsum("nchw,oc->nohw", patch, wg[:, :, p, q])
+    if b is not None:
+        y += b[None, :, None, None]
+    return y
+
+
+def post_ref(y, post_op, p0, p1):
+    if post_op == PostOp.RELU:
+        return np.maximum(y, 0)
+    if post_op == PostOp.LEAKY_RELU:
+        return np.where(y > 0, y, y * p0)
+    if post_op == PostOp.CLIP:
+        return np.clip(y, p0, p1)
+    if post_op == PostOp.SIGMOID:
+        return 1 / (1 + np.exp(-y))
+    return y
+
+
+def run_case(conv, rng, n, ic, oc, group, h, w, kh, kw, strides, pads, dils, pads_end=None,
+             bias=True, post_op=PostOp.NONE, p0=0.0, p1=0.0, threads=1):
+    pads_end = pads if pads_end is None else pads_end
+    sh, sw = strides
+    dh, dw = dils
+    oh = (h + pads[0] + pads_end[0] - ((kh - 1) * dh + 1)) // sh + 1
+    ow = (w + pads[1] + pads_end[1] - ((kw - 1) * dw + 1)) // sw + 1
+    assert oh >= 1 and ow >= 1
+    x = rng.standard_normal((n, ic, h, w), dtype=np.float32)
+    wt = rng.standard_normal((oc, ic // group, kh, kw), dtype=np.float32)
+    b = rng.standard_normal(oc, dtype=np.float32) if bias else None
+    xn = to_n16cx(x)
+    if ic % 16:
+        xn[:, -1, :, :, ic % 16:] = 7.0  # padding lanes hold finite garbage: must not leak
+    packed = conv.conv_pack_weight(wt, group)
+    y = np.full((n, -(-oc // 16), oh, ow, 16), np.nan, np.float32)
+    conv.conv2d_n16cx_fp32(xn, packed, b, y, ic, oc, group, kh, kw, sh, sw, pads[0], pads[1],
+                           dh, dw, int(post_op), p0, p1, threads)
+    ref = post_ref(conv_ref(x, wt, b, group, strides, pads, dils, (oh, ow)), post_op, p0, p1)
+    got = from_n16cx(y, oc)
+    scale = np.sqrt((ic // group) * kh * kw) + 1
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * scale)
+    assert np.isfinite(y).all(), "padding lanes of y must be finite"
+
+
+# (n, ic, oc, group, h, w, kh, kw, strides, pads, dils, pads_end)
+CASES = [
+    (1, 16, 16, 1, 8, 8, 3, 3, (1, 1), (1, 1), (1, 1), None),
+    (2, 3, 5, 1, 9, 7, 3, 3, (1, 1), (1, 1), (1, 1), None),
+    (1, 20, 37, 1, 11, 13, 3, 3, (2, 2), (1, 1), (1, 1), None),
+    (1, 32, 24, 1, 10, 10, 1, 1, (1, 1), (0, 0), (1, 1), None),       # pointwise, flattened
+    (2, 17, 33, 1, 9, 9, 1, 1, (2, 2), (0, 0), (1, 1), None),         # strided 1x1
+    (1, 8, 16, 1, 12, 15, 5, 5, (1, 2), (2, 0), (2, 1), (1, 3)),      # dilation, asymmetric pads
+    (1, 4, 7, 1, 6, 6, 7, 7, (1, 1), (3, 3), (1, 1), None),
+    (1, 3, 8, 1, 15, 15, 11, 11, (4, 4), (2, 2), (1, 1), None),       # AlexNet-like
+    (1, 6, 6, 1, 4, 5, 3, 3, (1, 1), (4, 5), (1, 1), (3, 2)),         # pads larger than kernel
+    (1, 32, 64, 2, 8, 8, 3, 3, (1, 1), (1, 1), (1, 1), None),         # groups of 16 channels
+    (1, 12, 18, 3, 7, 9, 3, 3, (1, 1), (1, 0), (1, 1), (0, 2)),       # odd groups
+    (1, 48, 48, 48, 9, 11, 3, 3, (1, 1), (1, 1), (1, 1), None),       # depthwise
+    (2, 20, 20, 20, 10, 10, 5, 5, (2, 2), (2, 1), (1, 2), (0, 3)),    # depthwise, tails
+    (1, 8, 24, 8, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), None),          # channel multiplier 3
+    (1, 1, 1, 1, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1), None),
+    (1, 64, 40, 1, 3, 30, 3, 3, (1, 1), (0, 1), (1, 1), None),        # long rows: many tiles
+    (1, 5, 9, 1, 2, 3, 5, 5, (1, 1), (2, 2), (1, 1), None),           # kernel wider than input
+    (1, 16, 16, 16, 2, 3, 5, 5, (1, 1), (2, 2), (1, 1), None),        # same, depthwise
+    (2, 40, 40, 1, 1, 200, 1, 1, (1, 1), (0, 0), (1, 1), None),       # pointwise, long row
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_conv_matches_reference(conv, case):
+    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    n, ic, oc, group, h, w, kh, kw, strides, pads, dils, pads_end = case
+    run_case(conv, rng, n, ic, oc, group, h, w, kh, kw, strides, pads, dils, pads_end)
+
+
+@pytest.mark.parametrize("post_op,p0,p1", [(PostOp.RELU, 0, 0), (PostOp.LEAKY_RELU, 0.1, 0),
+                                           (PostOp.CLIP, -0.5, 1.5), (PostOp.SIGMOID, 0, 0)])
+@pytest.mark.parametrize("group", [1, 24])
+def test_conv_post_ops(conv, post_op, p0, p1, group):
+    rng = np.random.default_rng(int(post_op) * 7 + group)
+    run_case(conv, rng, 1, 24, 24, group, 7, 9, 3, 3, (1, 1), (1, 1), (1, 1),
+             post_op=post_op, p0=p0, p1=p1)
+
+
+@pytest.mark.parametrize("group", [1, 2, 32])
+def test_conv_threads_and_no_bias(conv, group):
+    rng = np.random.default_rng(group)
+    run_case(conv, rng, 2, 32, 32, group, 14, 14, 3, 3, (1, 1), (1, 1), (1, 1), bias=False,
+             threads=2)
+
+
+def test_conv_random_shapes(conv):
+    rng = np.random.default_rng(1234)
+    for _ in range(12):
+        kh, kw = rng.integers(1, 6, size=2)
+        dh, dw = rng.integers(1, 3, size=2)
+        sh, sw = rng.integers(1, 4, size=2)
+        pads = tuple(rng.integers(0, 4, size=2))
+        pads_end = tuple(rng.integers(0, 4, size=2))
+        group = int(rng.choice([1, 1, 2, 3]))
+        icg, ocg = rng.integers(1, 12, size=2)
+        h = int(rng.integers((kh - 1) * dh + 1, 16))
+        w = int(rng.integers((kw - 1) * dw + 1, 20))
+        run_case(conv, rng, int(rng.integers(1, 3)), int(icg * group), int(ocg * group), group,
+                 h, w, int(kh), int(kw), (int(sh), int(sw)), pads, (int(dh), int(dw)),
+                 pads_end)
+
+
+def test_variants_export_same_names():
+    names = {}
+    for isa in ISA_NAMES:
+        text = (IMPLS / f"_conv_fp32_{isa}.pyx").read_text()
+        body = re.findall(r'include "([^"]+)"', text)
+        assert body == ["_conv_fp32.pxi"], f"_conv_fp32_{isa}.pyx must only include the body"
+        names[isa] = re.findall(r"^def (\w+)", (IMPLS / body[0]).read_text(), re.M) + \
+            re.findall(r"^def (\w+)", text, re.M)
+    assert len({tuple(v) for v in names.values()}) == 1, names
+    assert {"conv_pack_weight", "conv2d_n16cx_fp32"} <= set(names["fma"])
+    for isa in supported_isas():
+        mod = load_variant("conv_fp32", isa)
+        assert all(hasattr(mod, name) for name in names[isa])
+
+
+@pytest.mark.parametrize("case", [
+    (1, 6, 4, 2, 7, 8, 3, 2, (2, 1), (1, 0), (1, 2), (2, 1)),
+    (2, 5, 5, 5, 6, 6, 3, 3, (1, 2), (0, 2), (2, 1), (1, 0)),
+])
+def test_reference_agrees_with_onnx(case):
+    """The numpy reference above matches onnx's own reference evaluator."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    n, ic, oc, group, h, w, kh, kw, strides, pads, dils, pads_end = case
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((n, ic, h, w), dtype=np.float32)
+    wt = rng.standard_normal((oc, ic // group, kh, kw), dtype=np.float32)
+    b = rng.standard_normal(oc, dtype=np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, strides=list(strides),
+                            pads=[*pads, *pads_end], dilations=list(dils))
+    graph = helper.make_graph(
+        [node], "conv",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in "xwb"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    (expected,) = ReferenceEvaluator(helper.make_model(graph)).run(None, {"x": x, "w": wt, "b": b})
+    got = conv_ref(x, wt, b, group, strides, pads, dils, expected.shape[2:])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
