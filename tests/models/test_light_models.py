@@ -56,7 +56,7 @@ def test_light_model_through_pplnn(name, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pplpy.tools.pplnn", "--onnx-model", model, "--inputs",
          str(path), "--save-outputs", "--save-data-dir", str(out_dir)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,  # import the installed pplpy
     )
     assert result.returncode == 0, result.stderr
     (saved,) = list(out_dir.iterdir())

@@ -271,7 +271,11 @@ def conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int group, int 
     cdef Py_ssize_t width = max(d.ocb * PPL_CB, _ceil_div(d.ocb * PPL_CB, PPL_NB) * PPL_NB)
     bias_pad = numpy.zeros(width, dtype=numpy.float32)
     if bias is not None:
-        bias_pad[:out_c] = numpy.asarray(bias, dtype=numpy.float32).reshape(-1)[:out_c]
+        bias = numpy.asarray(bias, dtype=numpy.float32).reshape(-1)
+        if bias.shape[0] != out_c:
+            raise ValueError(f"conv2d_n16cx_fp32: bias must have {out_c} values, got "
+                             f"{bias.shape[0]}")
+        bias_pad[:out_c] = bias
     cdef const float[::1] bv = bias_pad
     cdef const float[::1] wv = packed_w["data"].reshape(-1)
 
