@@ -16,6 +16,9 @@
  * accumulators are a small array indexed with compile-time constants in fully unrolled loops,
  * which gcc keeps in registers (explicit vector accumulators: plain scalar loops stay in
  * memory, see PERFORMANCE.md).  Include this header only from modules of its own tier.
+ * gcc lowers a vector wider than the target's registers to several narrower operations, so
+ * a build with PPL_VLEN 16 and only -mavx2 runs the AVX-512 tier's exact logic (blocking,
+ * tails, panels spanning two channel blocks) on a CPU without AVX-512: a way to test it.
  */
 #ifndef PPL_BRGEMM_FP32_H
 #define PPL_BRGEMM_FP32_H

@@ -9,8 +9,9 @@
 # of one panel of PPL_NB output channels is a brgemm: the A rows are MR consecutive output
 # pixels, whose 16 input channels of one block sit 16 * stride_w floats apart; the batch runs
 # over kernel taps x input-channel blocks, each a K = 16 step against a packed 16 x PPL_NB
-# weight block.  Pixels whose taps all land inside the image go MR at a time; border pixels
-# go one at a time with only their valid taps (zero padding is never materialised).
+# weight block.  Pixels whose taps all fit along W go MR at a time along their row; border
+# columns go MR at a time down the column where all kernel rows fit; the corners one pixel
+# at a time.  Out-of-image taps are left out of the batch: padding is never materialised.
 #
 # Groups are folded into the weights: panel p's output channels read only the input-channel
 # blocks of the groups they belong to, and the weights of the other groups' channels inside
@@ -37,7 +38,9 @@ import numpy
 include "_brgemm_fp32.pxi"
 
 cdef enum:
-    _ITEM_PIXELS = 48   # output pixels a work item covers at least (rows permitting)
+    # Output pixels a work item covers at least (rows permitting): a panel's weights, read
+    # from L2, then serve many pixels, and border columns get tiles several rows tall.
+    _ITEM_PIXELS = 32 * PPL_MR
 
 ctypedef struct _ConvDims:
     Py_ssize_t icb, ocb            # channel blocks of x and y
@@ -100,24 +103,71 @@ cdef void _interior_cols(const _ConvDims *d, Py_ssize_t *lo, Py_ssize_t *hi) noe
         lo[0] = hi[0] = 0
 
 
+cdef void _interior_rows(const _ConvDims *d, Py_ssize_t *lo, Py_ssize_t *hi) noexcept nogil:
+    """[lo, hi): output rows whose every tap lands inside [0, H)."""
+    cdef Py_ssize_t last = d.H - 1 + d.pt - <Py_ssize_t>(d.kh - 1) * d.dh
+    lo[0] = _ceil_div(d.pt, d.sh)
+    hi[0] = min(d.OH, last // d.sh + 1) if last >= 0 else 0
+    if lo[0] > hi[0]:
+        lo[0] = hi[0] = 0
+
+
+cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *wp,
+                             Py_ssize_t nicb, Py_ssize_t oh, Py_ssize_t ow,
+                             const float **a_ptrs, const float **b_ptrs) noexcept nogil:
+    """The brgemm batch of output pixel (oh, ow): A and B blocks of every (tap, input block)
+    whose tap lands inside the image; returns its length."""
+    cdef Py_ssize_t plane = d.H * d.W * PPL_CB
+    cdef Py_ssize_t ih, iw, c, nb = 0
+    cdef int kh, kw
+    for kh in range(d.kh):
+        ih = oh * d.sh - d.pt + <Py_ssize_t>kh * d.dh
+        if ih < 0 or ih >= d.H:
+            continue
+        for kw in range(d.kw):
+            iw = ow * d.sw - d.pl + <Py_ssize_t>kw * d.dw
+            if iw < 0 or iw >= d.W:
+                continue
+            for c in range(nicb):
+                a_ptrs[nb] = x_n + c * plane + (ih * d.W + iw) * PPL_CB
+                b_ptrs[nb] = wp + ((kh * d.kw + kw) * nicb + c) * PPL_CB * PPL_NB
+                nb += 1
+    return nb
+
+
+cdef void _brgemm_run(Py_ssize_t count, Py_ssize_t nb, const float **a_ptrs,
+                      const float **b_ptrs, Py_ssize_t lda, float *c, Py_ssize_t ldc,
+                      Py_ssize_t cbs, int n_valid, int kc, const ppl_epilogue *ep) noexcept nogil:
+    """count pixels whose A rows are lda apart and C rows ldc apart, MR at a time; the batch
+    built for the first pixel is shifted along."""
+    cdef int mm
+    cdef Py_ssize_t i
+    while count > 0:
+        mm = <int>min(<Py_ssize_t>PPL_MR, count)
+        ppl_brgemm(mm, n_valid, nb, a_ptrs, b_ptrs, kc, lda, c, ldc, cbs, ep)
+        for i in range(nb):
+            a_ptrs[i] += mm * lda
+        c += mm * ldc
+        count -= mm
+
+
 cdef void _conv_dense_item(const float *x, const float *wdata, const long long *panels,
-                           float *y, const _ConvDims *d, Py_ssize_t n,
-                           Py_ssize_t oh, Py_ssize_t ow_begin, Py_ssize_t ow_end,
+                           float *y, const _ConvDims *d, Py_ssize_t n, Py_ssize_t oh_lo,
+                           Py_ssize_t oh_hi, Py_ssize_t ow_begin, Py_ssize_t ow_end,
                            Py_ssize_t p, const ppl_epilogue *ep_base, const float **a_ptrs,
                            const float **b_ptrs) noexcept nogil:
-    """y[n, panel p, oh, ow_begin:ow_end] as brgemm tiles over (tap, input block) batches."""
+    """y[n, panel p, oh_lo:oh_hi, ow_begin:ow_end] as brgemm tiles over (tap, input block)
+    batches: MR pixels along a row where every tap fits, MR pixels down a border (or
+    remainder) column where every kernel row fits, and the corners pixel by pixel."""
     cdef const float *wp = wdata + panels[3 * p]
-    cdef Py_ssize_t icb_lo = panels[3 * p + 1], nicb = panels[3 * p + 2]
+    cdef Py_ssize_t nicb = panels[3 * p + 2]
     cdef Py_ssize_t col0 = p * PPL_NB
     cdef int n_valid = <int>min(<Py_ssize_t>PPL_NB, d.ocb * PPL_CB - col0)
     cdef Py_ssize_t cbs = d.OH * d.OW * PPL_CB
-    cdef float *y_row = y + ((n * d.ocb + col0 // PPL_CB) * d.OH + oh) * d.OW * PPL_CB \
-        + col0 % PPL_CB
-    cdef const float *x_n = x + (n * d.icb + icb_lo) * d.H * d.W * PPL_CB
-    cdef Py_ssize_t plane = d.H * d.W * PPL_CB
-    cdef Py_ssize_t lda = <Py_ssize_t>d.sw * PPL_CB
-    cdef Py_ssize_t ih0 = oh * d.sh - d.pt, ih, iw, ow, ow_lo, ow_hi, nb, i, c
-    cdef int kh, kw, mm
+    # Origin of this panel's output plane; pixel (oh, ow) at + (oh * OW + ow) * 16.
+    cdef float *y_p = y + (n * d.ocb + col0 // PPL_CB) * cbs + col0 % PPL_CB
+    cdef const float *x_n = x + (n * d.icb + panels[3 * p + 1]) * d.H * d.W * PPL_CB
+    cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb
     cdef ppl_epilogue ep = ep_base[0]
     if ep.bias != NULL:
         ep.bias = ep.bias + col0
@@ -125,49 +175,48 @@ cdef void _conv_dense_item(const float *x, const float *wdata, const long long *
     _interior_cols(d, &ow_lo, &ow_hi)
     ow_lo = max(ow_lo, ow_begin)
     ow_hi = min(ow_hi, ow_end)
-    if ow_lo > ow_hi:
+    if ow_lo >= ow_hi:
         ow_lo = ow_hi = ow_end
+    _interior_rows(d, &r_lo, &r_hi)
+    r_lo = max(r_lo, oh_lo)
+    r_hi = min(r_hi, oh_hi)
+    if r_lo >= r_hi:
+        r_lo = r_hi = oh_hi
 
-    # Interior: MR pixels per call; the batch is built for the first tile and shifted along.
-    nb = 0
-    for kh in range(d.kh):
-        ih = ih0 + <Py_ssize_t>kh * d.dh
-        if ih < 0 or ih >= d.H:
-            continue
-        for kw in range(d.kw):
-            for c in range(nicb):
-                a_ptrs[nb] = x_n + c * plane + (ih * d.W + ow_lo * d.sw - d.pl
-                                                + <Py_ssize_t>kw * d.dw) * PPL_CB
-                b_ptrs[nb] = wp + ((kh * d.kw + kw) * nicb + c) * PPL_CB * PPL_NB
-                nb += 1
-    ow = ow_lo
-    while ow < ow_hi:
-        mm = <int>min(<Py_ssize_t>PPL_MR, ow_hi - ow)
-        ppl_brgemm(mm, n_valid, nb, a_ptrs, b_ptrs, d.kc, lda, y_row + ow * PPL_CB,
-                   PPL_CB, cbs, &ep)
-        for i in range(nb):
-            a_ptrs[i] += mm * lda
-        ow += mm
+    # The last (ow_hi - ow_lo) % MR interior columns would make a short tile in every row;
+    # where the rows allow, they go down their columns in tall tiles instead (a 7-wide
+    # output becomes 6-wide row tiles and one 7-tall column).
+    cdef Py_ssize_t rest = (ow_hi - ow_lo) % PPL_MR
+    cdef Py_ssize_t ow_split = ow_hi
+    if rest > 0 and rest * _ceil_div(r_hi - r_lo, PPL_MR) < r_hi - r_lo:
+        ow_split = ow_hi - rest
 
-    # Border pixels, one at a time, with only the taps that land inside the image.
+    # Row interiors (every tap along W fits; rows may lose kernel rows at the top/bottom).
+    cdef Py_ssize_t end
+    for oh in range(oh_lo, oh_hi):
+        end = ow_split if r_lo <= oh < r_hi else ow_hi
+        if ow_lo < end:
+            nb = _gather_taps(d, x_n, wp, nicb, oh, ow_lo, a_ptrs, b_ptrs)
+            _brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sw * PPL_CB,
+                        y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, d.kc, &ep)
+
+    # Columns: down the column over rows whose kernel rows all fit, then the corners.
     for ow in range(ow_begin, ow_end):
-        if ow_lo <= ow < ow_hi:
+        if ow_lo <= ow < ow_split:
             continue
-        nb = 0
-        for kh in range(d.kh):
-            ih = ih0 + <Py_ssize_t>kh * d.dh
-            if ih < 0 or ih >= d.H:
+        if r_lo < r_hi:
+            nb = _gather_taps(d, x_n, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
+            _brgemm_run(r_hi - r_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sh * d.W * PPL_CB,
+                        y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid,
+                        d.kc, &ep)
+        if ow_lo <= ow < ow_hi:
+            continue  # an interior column: its other rows were done along their rows
+        for oh in range(oh_lo, oh_hi):
+            if r_lo <= oh < r_hi:
                 continue
-            for kw in range(d.kw):
-                iw = ow * d.sw - d.pl + <Py_ssize_t>kw * d.dw
-                if iw < 0 or iw >= d.W:
-                    continue
-                for c in range(nicb):
-                    a_ptrs[nb] = x_n + c * plane + (ih * d.W + iw) * PPL_CB
-                    b_ptrs[nb] = wp + ((kh * d.kw + kw) * nicb + c) * PPL_CB * PPL_NB
-                    nb += 1
-        ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, d.kc, lda, y_row + ow * PPL_CB,
-                   PPL_CB, cbs, &ep)
+            nb = _gather_taps(d, x_n, wp, nicb, oh, ow, a_ptrs, b_ptrs)
+            ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, d.kc, 0, y_p + (oh * d.OW + ow) * PPL_CB,
+                       PPL_CB, cbs, &ep)
 
 
 cdef void _conv_dense(const float *x, const float *wdata, const long long *panels,
@@ -176,13 +225,12 @@ cdef void _conv_dense(const float *x, const float *wdata, const long long *panel
                       int num_threads) noexcept nogil:
     """Every (image, block of output rows, row segment, panel) is an independent work item."""
     cdef Py_ssize_t nseg = _ceil_div(d.OW, d.seg)
-    # Narrow outputs take several rows per item, so a panel's weights (read from L2) serve
-    # a few dozen pixels before the next panel's replace them.
-    cdef Py_ssize_t nrowblk = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, d.OW))
+    # Items span several rows unless rows are long (see _ITEM_PIXELS).
+    cdef Py_ssize_t nrowblk = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
     cdef Py_ssize_t rows = _ceil_div(d.OH, nrowblk)
     cdef Py_ssize_t nitems = batch * nrowblk * nseg * npanels
     cdef Py_ssize_t cap = max(<Py_ssize_t>1, <Py_ssize_t>d.kh * d.kw * max_nicb)
-    cdef Py_ssize_t item, rest, p, s, rb, oh, n
+    cdef Py_ssize_t item, rest, p, s, rb, n
     cdef const float **a_ptrs = NULL
     cdef const float **b_ptrs = NULL
     with parallel(num_threads=max(1, num_threads)):
@@ -198,9 +246,9 @@ cdef void _conv_dense(const float *x, const float *wdata, const long long *panel
                 rest = rest // nseg
                 rb = rest % nrowblk
                 n = rest // nrowblk
-                for oh in range(rb * rows, min(d.OH, (rb + 1) * rows)):
-                    _conv_dense_item(x, wdata, panels, y, d, n, oh, s * d.seg,
-                                     min(d.OW, (s + 1) * d.seg), p, ep, a_ptrs, b_ptrs)
+                _conv_dense_item(x, wdata, panels, y, d, n, rb * rows,
+                                 min(d.OH, (rb + 1) * rows), s * d.seg,
+                                 min(d.OW, (s + 1) * d.seg), p, ep, a_ptrs, b_ptrs)
         free(a_ptrs)
         free(b_ptrs)
 

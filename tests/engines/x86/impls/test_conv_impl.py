@@ -117,6 +117,8 @@ CASES = [
     (1, 5, 9, 1, 2, 3, 5, 5, (1, 1), (2, 2), (1, 1), None),           # kernel wider than input
     (1, 16, 16, 16, 2, 3, 5, 5, (1, 1), (2, 2), (1, 1), None),        # same, depthwise
     (2, 40, 40, 1, 1, 200, 1, 1, (1, 1), (0, 0), (1, 1), None),       # pointwise, long row
+    (1, 8, 20, 1, 17, 17, 3, 3, (1, 1), (1, 1), (1, 1), None),        # row remainders as columns
+    (1, 32, 16, 1, 14, 14, 1, 1, (2, 2), (0, 0), (1, 1), None),       # 7 x 7 strided pointwise
 ]
 
 

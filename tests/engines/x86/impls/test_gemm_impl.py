@@ -120,3 +120,9 @@ def test_variants_export_same_names():
     for isa in supported_isas():
         mod = load_variant("gemm_fp32", isa)
         assert all(hasattr(mod, name) for name in names[isa])
+
+
+def test_header_post_op_codes_match_post_ops():
+    text = (IMPLS / "_brgemm_fp32.h").read_text()
+    codes = {name: int(value) for name, value in re.findall(r"PPL_POST_(\w+) = (\d+)", text)}
+    assert codes == {op.name: int(op) for op in PostOp}
