@@ -22,18 +22,9 @@ from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.data import DEMO_MODEL_PATH
 from pplpy.data.demo_model import build_demo_model
-from pplpy.engines.x86.optimizer.registry import find_op
-from pplpy.models.onnx import find_parser
 from pplpy.tools.pplnn import main, parse_in_shapes, sanitize
 
 PPLPY_ROOT = str(pathlib.Path(pplpy.__file__).resolve().parents[1])  # the pplpy under test
-
-DEMO_OPS = ("Conv", "Relu", "MaxPool", "LeakyRelu", "GlobalAveragePool", "Flatten", "Gemm",
-            "Softmax")
-_missing = [op for op in DEMO_OPS
-            if find_parser("", op, 13) is None or find_op("", op, 13) is None]
-needs_demo_ops = pytest.mark.skipif(
-    bool(_missing), reason=f"ops of the demo model not registered yet: {_missing}")
 
 
 @pytest.fixture(autouse=True)
@@ -353,7 +344,6 @@ def test_demo_file_is_what_the_builder_makes():
     assert onnx.load(DEMO_MODEL_PATH) == build_demo_model()
 
 
-@needs_demo_ops
 def test_no_model_runs_the_demo(capsys, tmp_path):
     status, out, err = run_cli(capsys, "--save-inputs", "--save-outputs", "--save-data-dir",
                                tmp_path)
@@ -368,7 +358,6 @@ def test_no_model_runs_the_demo(capsys, tmp_path):
     np.testing.assert_allclose(probabilities, expected.reshape(-1), rtol=1e-4, atol=1e-6)
 
 
-@needs_demo_ops
 def test_demo_dump_graph_shows_blocked_formats(capsys):
     status, out, _ = run_cli(capsys, "--dump-graph")
     assert status == 0
