@@ -4,31 +4,19 @@ can run."""
 import numpy as np
 import onnx
 import pytest
+from impl_variants import assert_variants_export_the_same_names, variant_fixture
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from pplpy.common.isa import supported_isas
-from pplpy.common.isa_tiers import ISA_NAMES
-from pplpy.engines.x86.impls.dispatch import load_variant
 
 FAMILY = "norm_fp32"
 
 
-@pytest.fixture(params=ISA_NAMES)
-def m(request):
-    isa = request.param
-    if isa not in supported_isas():
-        pytest.skip(f"CPU lacks {isa}")
-    return load_variant(FAMILY, isa)
+m = variant_fixture(FAMILY)
 
 
 def test_variants_export_the_same_names():
-    names = {}
-    for isa in ISA_NAMES:
-        if isa in supported_isas():
-            mod = load_variant(FAMILY, isa)
-            names[isa] = {n for n in dir(mod) if not n.startswith("_")}
-    assert len(set(map(frozenset, names.values()))) == 1, names
+    assert_variants_export_the_same_names(FAMILY)
 
 
 def _run_onnx(op_type, x, **attrs):
