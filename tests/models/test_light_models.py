@@ -17,6 +17,7 @@ from onnx import numpy_helper
 import pplpy
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+PPLPY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pplpy.__file__)))
 MODELS = [
     "bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
     "squeezenet", "vgg19", "zfnet512",
@@ -56,7 +57,8 @@ def test_light_model_through_pplnn(name, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pplpy.tools.pplnn", "--onnx-model", model, "--inputs",
          str(path), "--save-outputs", "--save-data-dir", str(out_dir)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,  # import the installed pplpy
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": PPLPY_ROOT},  # the pplpy under test, built or installed
     )
     assert result.returncode == 0, result.stderr
     (saved,) = list(out_dir.iterdir())
