@@ -2,9 +2,11 @@
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pplpy.common.isa import supported_isas
+from pplpy.common.isa_tiers import ISA_NAMES
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=13, extra_opsets=()):
@@ -20,6 +22,11 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=13, extra_opsets=(
     return helper.make_model(graph, opset_imports=opsets)
 
 
-ISAS = supported_isas()
+# Every ISA tier as a pytest parameter; a tier this CPU lacks is skipped with that reason.
+ISAS = [
+    pytest.param(isa, marks=pytest.mark.skipif(isa not in supported_isas(),
+                                               reason=f"CPU lacks {isa}"))
+    for isa in ISA_NAMES
+]
 FLOAT = TensorProto.FLOAT
 INT64 = TensorProto.INT64

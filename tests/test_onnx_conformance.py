@@ -12,6 +12,7 @@ import onnx
 import pytest
 
 import pplpy
+from onnx_builders import ISAS
 from pplpy.engines.x86.optimizer.registry import find_op
 from pplpy.models.onnx.registry import find_parser, normalize_domain
 
@@ -71,20 +72,21 @@ def _feeds(model, inputs):
     return {name: np.asarray(value) for name, value in zip(names, inputs)}
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_conformance(case, tmp_path):
+def test_conformance(case, isa, tmp_path):
     if case.name in EXCLUDES:
         # Excluded cases must still fail loudly rather than return wrong numbers.
         path = tmp_path / "model.onnx"
         onnx.save(case.model, path)
         with pytest.raises(pplpy.PplError):
-            rt = pplpy.load(path)
+            rt = pplpy.load(path, max_isa=isa)
             for inputs, _ in case.data_sets:
                 rt.run(_feeds(case.model, inputs))
         return
     path = tmp_path / "model.onnx"
     onnx.save(case.model, path)
-    rt = pplpy.load(path)
+    rt = pplpy.load(path, max_isa=isa)
     for inputs, expected in case.data_sets:
         outputs = rt.run(_feeds(case.model, inputs))
         for name, want in zip(rt.output_names, expected):
