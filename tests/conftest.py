@@ -3,6 +3,9 @@
 import onnx
 import pytest
 
+from pplpy.common.isa import supported_isas
+from pplpy.common.isa_tiers import ISA_NAMES
+
 
 @pytest.fixture
 def save_model(tmp_path):
@@ -15,3 +18,11 @@ def save_model(tmp_path):
         return str(path)
 
     return save
+
+
+@pytest.fixture(params=ISA_NAMES)
+def isa(request):
+    """Each ISA tier; a tier this CPU lacks is skipped with that reason."""
+    if request.param not in supported_isas():
+        pytest.skip(f"CPU lacks {request.param}")
+    return request.param

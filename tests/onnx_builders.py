@@ -30,3 +30,16 @@ ISAS = [
 ]
 FLOAT = TensorProto.FLOAT
 INT64 = TensorProto.INT64
+
+
+_RNG = np.random.default_rng(0)
+
+
+def random_array(shape, dtype):
+    """Random data of any pplpy element type (signed ints include negatives)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return _RNG.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return _RNG.integers(-1000 if dtype.kind == "i" else 0, 1000, shape).astype(dtype)
+    return _RNG.standard_normal(shape).astype(dtype)

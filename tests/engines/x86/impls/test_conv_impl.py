@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from impl_variants import post_op_reference, variant_fixture
 
 from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
@@ -14,12 +15,7 @@ from pplpy.engines.x86.impls.post_ops import PostOp
 IMPLS = pathlib.Path(__file__).parents[4] / "pplpy/engines/x86/impls"
 
 
-@pytest.fixture(params=ISA_NAMES)
-def conv(request):
-    isa = request.param
-    if isa not in supported_isas():
-        pytest.skip(f"CPU lacks {isa}")
-    return load_variant("conv_fp32", isa)
+conv = variant_fixture("conv_fp32")
 
 
 def to_n16cx(x):
@@ -59,18 +55,6 @@ def conv_ref(x, w, b, group, strides, pads, dils, out_hw):
     return y
 
 
-def post_ref(y, post_op, p0, p1):
-    if post_op == PostOp.RELU:
-        return np.maximum(y, 0)
-    if post_op == PostOp.LEAKY_RELU:
-        return np.where(y > 0, y, y * p0)
-    if post_op == PostOp.CLIP:
-        return np.clip(y, p0, p1)
-    if post_op == PostOp.SIGMOID:
-        return 1 / (1 + np.exp(-y))
-    return y
-
-
 def run_case(conv, rng, n, ic, oc, group, h, w, kh, kw, strides, pads, dils, pads_end=None,
              bias=True, post_op=PostOp.NONE, p0=0.0, p1=0.0, threads=1):
     pads_end = pads if pads_end is None else pads_end
@@ -89,7 +73,7 @@ def run_case(conv, rng, n, ic, oc, group, h, w, kh, kw, strides, pads, dils, pad
     y = np.full((n, -(-oc // 16), oh, ow, 16), np.nan, np.float32)
     conv.conv2d_n16cx_fp32(xn, packed, b, y, ic, oc, group, kh, kw, sh, sw, pads[0], pads[1],
                            dh, dw, int(post_op), p0, p1, threads)
-    ref = post_ref(conv_ref(x, wt, b, group, strides, pads, dils, (oh, ow)), post_op, p0, p1)
+    ref = post_op_reference(conv_ref(x, wt, b, group, strides, pads, dils, (oh, ow)), post_op, p0, p1)
     got = from_n16cx(y, oc)
     scale = np.sqrt((ic // group) * kh * kw) + 1
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * scale)

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from impl_variants import post_op_reference, variant_fixture
 
 from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
@@ -14,24 +15,7 @@ from pplpy.engines.x86.impls.post_ops import PostOp
 IMPLS = pathlib.Path(__file__).parents[4] / "pplpy/engines/x86/impls"
 
 
-@pytest.fixture(params=ISA_NAMES)
-def gemm(request):
-    isa = request.param
-    if isa not in supported_isas():
-        pytest.skip(f"CPU lacks {isa}")
-    return load_variant("gemm_fp32", isa)
-
-
-def post_ref(y, post_op, p0, p1):
-    if post_op == PostOp.RELU:
-        return np.maximum(y, 0)
-    if post_op == PostOp.LEAKY_RELU:
-        return np.where(y > 0, y, y * p0)
-    if post_op == PostOp.CLIP:
-        return np.clip(y, p0, p1)
-    if post_op == PostOp.SIGMOID:
-        return 1 / (1 + np.exp(-y))
-    return y
+gemm = variant_fixture("gemm_fp32")
 
 
 def check(gemm, rng, m, n, k, trans_b=False, alpha=1.0, beta=0.0, use_bias=False,
@@ -51,7 +35,7 @@ def check(gemm, rng, m, n, k, trans_b=False, alpha=1.0, beta=0.0, use_bias=False
         ref += beta * addend
     if bias is not None:
         ref += bias
-    ref = post_ref(ref, post_op, p0, p1)
+    ref = post_op_reference(ref, post_op, p0, p1)
     scale = np.sqrt(k) * max(1.0, abs(alpha)) + 1
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * scale)
 

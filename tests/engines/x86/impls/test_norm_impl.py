@@ -4,7 +4,7 @@ can run."""
 import numpy as np
 import onnx
 import pytest
-from impl_variants import assert_variants_export_the_same_names, variant_fixture
+from impl_variants import assert_variants_export_the_same_names, to_n16cx, variant_fixture
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
@@ -28,14 +28,6 @@ def _run_onnx(op_type, x, **attrs):
     return ReferenceEvaluator(model).run(None, {"x": x})[0]
 
 
-def _to_n16cx(x):
-    n, c, s = x.shape
-    cb = -(-c // 16)
-    xp = np.zeros((n, cb * 16, s), np.float32)
-    xp[:, :c] = x
-    return np.ascontiguousarray(xp.reshape(n, cb, 16, s).transpose(0, 1, 3, 2))
-
-
 def _pad(v):
     out = np.zeros(-(-len(v) // 16) * 16, np.float32)
     out[: len(v)] = v
@@ -56,15 +48,15 @@ def test_channel_affine(m, shape, num_threads):
     y = np.empty_like(x)
     m.channel_affine_ndarray_fp32(x, scale, shift, y, num_threads)
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
-    xb = _to_n16cx(x)
+    xb = to_n16cx(x)
     yb = np.full_like(xb, np.nan)
     m.channel_affine_n16cx_fp32(xb, _pad(scale), _pad(shift), yb, num_threads)
-    np.testing.assert_allclose(yb, _to_n16cx(want), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(yb, to_n16cx(want), rtol=1e-6, atol=1e-6)
     # In place.
     m.channel_affine_ndarray_fp32(x, scale, shift, x, num_threads)
     np.testing.assert_allclose(x, want, rtol=1e-6, atol=1e-6)
     m.channel_affine_n16cx_fp32(xb, _pad(scale), _pad(shift), xb, num_threads)
-    np.testing.assert_allclose(xb, _to_n16cx(want), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(xb, to_n16cx(want), rtol=1e-6, atol=1e-6)
 
 
 def test_channel_affine_bad_arguments(m):

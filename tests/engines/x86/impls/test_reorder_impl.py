@@ -3,7 +3,7 @@ CPU can run."""
 
 import numpy as np
 import pytest
-from impl_variants import assert_variants_export_the_same_names, variant_fixture
+from impl_variants import assert_variants_export_the_same_names, to_n16cx, variant_fixture
 from pplpy.engines.x86.impls.dispatch import load_variant
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,20 +20,12 @@ def test_variants_export_the_same_names():
     assert_variants_export_the_same_names(FAMILY)
 
 
-def _to_n16cx(x):
-    n, c, s = x.shape
-    cb = -(-c // 16)
-    xp = np.zeros((n, cb * 16, s), np.float32)
-    xp[:, :c] = x
-    return np.ascontiguousarray(xp.reshape(n, cb, 16, s).transpose(0, 1, 3, 2))
-
-
 def _check_round_trip(m, shape, num_threads):
     n, c, s = shape
     x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
     y = np.full((n, -(-c // 16), s, 16), np.nan, np.float32)    # padding must be overwritten
     m.ndarray_to_n16cx_fp32(x, y, num_threads)
-    np.testing.assert_array_equal(y, _to_n16cx(x))
+    np.testing.assert_array_equal(y, to_n16cx(x))
     z = np.full_like(x, np.nan)
     m.n16cx_to_ndarray_fp32(y, z, num_threads)
     np.testing.assert_array_equal(z, x)

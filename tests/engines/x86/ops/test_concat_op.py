@@ -7,10 +7,10 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from onnx_builders import random_array
+
 import pplpy
 from pplpy.common.data_format import DataFormat
-from pplpy.common.isa import supported_isas
-from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.common.tensor_shape import TensorShape
 from pplpy.engines.x86.engine import EngineOptions
 from pplpy.engines.x86.kernels.kernel import KernelContext
@@ -20,22 +20,6 @@ from pplpy.params.onnx import ConcatParam
 
 RNG = np.random.default_rng(1)
 N16CX, NDARRAY = DataFormat.N16CX, DataFormat.NDARRAY
-
-
-@pytest.fixture(params=ISA_NAMES)
-def isa(request):
-    if request.param not in supported_isas():
-        pytest.skip(f"CPU lacks {request.param}")
-    return request.param
-
-
-def random_array(shape, dtype):
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return RNG.random(shape) < 0.5
-    if dtype.kind in "iu":
-        return RNG.integers(0, 1000, shape).astype(dtype)
-    return RNG.standard_normal(shape).astype(dtype)
 
 
 def value_info(name, dtype, shape):

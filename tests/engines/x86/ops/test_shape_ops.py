@@ -11,30 +11,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from onnx_builders import random_array
+
 import pplpy
-from pplpy.common.isa import supported_isas
-from pplpy.common.isa_tiers import ISA_NAMES
 
 # Keeps Constant nodes and every other node as nodes, so their kernels run.
 NO_FOLDING = [("dead_code_elimination", "once")]
 
 RNG = np.random.default_rng(0)
-
-
-@pytest.fixture(params=ISA_NAMES)
-def isa(request):
-    if request.param not in supported_isas():
-        pytest.skip(f"CPU lacks {request.param}")
-    return request.param
-
-
-def random_array(shape, dtype):
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return RNG.random(shape) < 0.5
-    if dtype.kind in "iu":
-        return RNG.integers(-1000 if dtype.kind == "i" else 0, 1000, shape).astype(dtype)
-    return RNG.standard_normal(shape).astype(dtype)
 
 
 def value_info(name, array_or_dtype, shape=None):

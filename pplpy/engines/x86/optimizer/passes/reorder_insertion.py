@@ -13,6 +13,19 @@ from pplpy.params.x86 import ReorderParam
 REORDER_DOMAIN = "pplpy"
 
 
+def reorder_node(graph, name, src_edge, dst_edge, src_format, dst_format):
+    """A pplpy::Reorder node converting ``src_edge`` into ``dst_edge``."""
+    return Node(
+        name=graph.unique_name(name),
+        op_type="Reorder",
+        domain=REORDER_DOMAIN,
+        opset=1,
+        inputs=[src_edge],
+        outputs=[dst_edge],
+        param=ReorderParam(src=src_format, dst=dst_format),
+    )
+
+
 def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
     """Returns ``edge_formats`` (tensor -> DataFormat) after editing ``graph`` in place.
 
@@ -27,15 +40,8 @@ def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
         key = (edge, fmt)
         if key not in reordered:
             out = graph.unique_name(f"{edge}_{fmt}")
-            node = Node(
-                name=graph.unique_name(f"ReorderInput_{edge}_of_{consumer_name}"),
-                op_type="Reorder",
-                domain=REORDER_DOMAIN,
-                opset=1,
-                inputs=[edge],
-                outputs=[out],
-                param=ReorderParam(src=formats[edge], dst=fmt),
-            )
+            node = reorder_node(graph, f"ReorderInput_{edge}_of_{consumer_name}", edge, out,
+                                formats[edge], fmt)
             ops[id(node)] = make_op(node)
             new_nodes.append(node)
             formats[out] = fmt
@@ -70,19 +76,11 @@ def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
             n.inputs = [inner if i == name else i for i in n.inputs]
         formats[inner] = formats[name]
         shapes[inner] = shapes.get(name)
-        node = Node(
-            name=graph.unique_name(f"ReorderOutput_{name}"),
-            op_type="Reorder",
-            domain=REORDER_DOMAIN,
-            opset=1,
-            inputs=[inner],
-            outputs=[name],
-            param=ReorderParam(src=formats[inner], dst=DataFormat.NDARRAY),
-        )
+        node = reorder_node(graph, f"ReorderOutput_{name}", inner, name, formats[inner],
+                            DataFormat.NDARRAY)
         ops[id(node)] = make_op(node)
         new_nodes.append(node)
         formats[name] = DataFormat.NDARRAY
-        reordered = {(inner if e == name else e, f): o for (e, f), o in reordered.items()}
 
     graph.nodes = new_nodes
     graph.topological_sort()
