@@ -44,6 +44,7 @@ def _extension(pyx):
         [str(rel)],
         extra_compile_args=[*isa_tiers.BASE_COMPILE_FLAGS, *isa_tiers.flags_of_tier(tier)],
         extra_link_args=list(isa_tiers.BASE_LINK_FLAGS),
+        include_dirs=[str(ROOT / "pplpy" / "include")],
     )
 
 

@@ -1,11 +1,14 @@
 """The intermediate representation every layer shares.
 
-    onnx ModelProto --(models/onnx)--> Graph --(optimizer, engines)--> Graph --> Runtime
+    onnx ModelProto --(models/onnx)--> Graph --(optimizer, engines/x86 passes)--> Graph
+                                             --(runtime)--> compiled plan
 
-A Graph is nodes plus named tensors, like ONNX itself, so passes read naturally against the
-ONNX spec; nodes carry parsed param dataclasses instead of raw attributes.
+A Graph is nodes joined by named values, like ONNX itself, so passes read naturally against
+the ONNX spec; nodes carry parsed param dataclasses instead of raw attributes, and every value
+has one record (type, dims, format, producer, consumers, constant data) kept current by the
+graph's edit methods.
 """
 
-from pplpy.ir.graph import Graph, Node, ValueInfo
+from pplpy.ir.graph import Graph, Node, Value, ValueInfo, bypass_node
 
-__all__ = ["Graph", "Node", "ValueInfo"]
+__all__ = ["Graph", "Node", "Value", "ValueInfo", "bypass_node"]

@@ -1,33 +1,53 @@
-"""The engine-independent graph: nodes joined by named tensors (edges), as in ONNX.
+"""The graph every layer shares: nodes joined by named values, as in ONNX.
 
-Edges are identified by name.  A node's input name "" marks an omitted optional input.
-Constants (initializers and folded values) live in ``Graph.constants``; graph inputs are
-the tensors a caller feeds at run time.  Editing helpers keep names unique and the node
-list in topological order when asked to.
+Every value (a graph input, a constant, a node output) has one ``Value`` record: element
+type, dims (ints, or str for a symbolic dim, or None where unknown), data format, the node
+that produces it, the (node, input index) pairs that read it, and its data when it is a
+constant.  The graph's edit methods keep producers and consumers current, so a pass asks
+``graph.consumers(name)`` instead of scanning the nodes, and a graph of n nodes loads,
+optimises and sorts in O(n).
+
+A node's input name "" marks an omitted optional input.
 """
 
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from collections.abc import MutableMapping
+from dataclasses import dataclass
 
 import numpy as np
 
 
-@dataclass(eq=False)
 class Node:
     """One operator instance.
 
     ``opset`` is the version of the node's domain the model imports, which selects the
-    op's semantics; ``param`` is the op's parsed attribute dataclass (or None).
+    op's semantics; ``param`` is the op's parsed attribute dataclass (or None).  ``inputs``
+    and ``outputs`` are read-only tuples: edit them through the graph, which keeps the value
+    records current.
     """
 
-    name: str
-    op_type: str
-    domain: str
-    opset: int
-    inputs: list
-    outputs: list
-    param: object = None
+    __slots__ = ("name", "op_type", "domain", "opset", "_inputs", "_outputs", "param",
+                 "_graph", "_order")
+
+    def __init__(self, name, op_type, domain, opset, inputs, outputs, param=None):
+        self.name = name
+        self.op_type = op_type
+        self.domain = domain
+        self.opset = opset
+        self._inputs = tuple(inputs)
+        self._outputs = tuple(outputs)
+        self.param = param
+        self._graph = None
+        self._order = 0
+
+    @property
+    def inputs(self):
+        return self._inputs
+
+    @property
+    def outputs(self):
+        return self._outputs
 
     @property
     def key(self):
@@ -37,6 +57,31 @@ class Node:
     def describe(self):
         domain = self.domain or "ai.onnx"
         return f'node "{self.name}" ({domain}::{self.op_type}, opset {self.opset})'
+
+    def __repr__(self):
+        return f"<Node {self.name} {self.op_type} {list(self._inputs)} -> {list(self._outputs)}>"
+
+
+class Value:
+    """The one record of a value: type, dims, format, producer, consumers, constant data."""
+
+    __slots__ = ("name", "dtype", "dims", "format", "producer", "consumers", "const")
+
+    def __init__(self, name):
+        self.name = name
+        self.dtype = None  # DataType, once known
+        self.dims = None  # tuple of int | str (symbolic) | None, once the rank is known
+        self.format = None  # DataFormat, once formats are chosen
+        self.producer = None  # the Node writing it (None: graph input or constant)
+        self.consumers = []  # [(node, input index)]
+        self.const = None  # numpy array when the value is a constant
+
+    @property
+    def is_constant(self):
+        return self.const is not None
+
+    def __repr__(self):
+        return f"<Value {self.name} {self.dtype} {self.dims} {self.format}>"
 
 
 @dataclass
@@ -48,19 +93,67 @@ class ValueInfo:
     dims: tuple | None
 
 
-@dataclass(eq=False)
-class Graph:
-    name: str = "graph"
-    nodes: list = field(default_factory=list)
-    constants: dict = field(default_factory=dict)  # name -> numpy array
-    inputs: list = field(default_factory=list)  # ValueInfo of tensors fed at run time
-    outputs: list = field(default_factory=list)  # ValueInfo of results
-    opsets: dict = field(default_factory=dict)  # domain -> version
-    value_info: dict = field(default_factory=dict)  # name -> ValueInfo of intermediates
+class ConstantsView(MutableMapping):
+    """``graph.constants``: name -> numpy array of every constant value, backed by the value
+    records (setting one makes the value a constant, deleting one drops its data)."""
 
-    _names: itertools.count = field(default_factory=itertools.count, repr=False)
+    def __init__(self, graph):
+        self._graph = graph
+        self._names = {}  # insertion-ordered set of constant names
+
+    def __getitem__(self, name):
+        if name not in self._names:
+            raise KeyError(name)
+        return self._graph.values[name].const
+
+    def __setitem__(self, name, array):
+        value = self._graph.value(name)
+        value.const = np.asarray(array)
+        self._names[name] = None
+
+    def __delitem__(self, name):
+        if name not in self._names:
+            raise KeyError(name)
+        del self._names[name]
+        self._graph.values[name].const = None
+        self._graph._forget_if_unused(name)
+
+    def __contains__(self, name):
+        return name in self._names
+
+    def __iter__(self):
+        return iter(list(self._names))
+
+    def __len__(self):
+        return len(self._names)
+
+
+class Graph:
+    def __init__(self, name="graph", opsets=None):
+        self.name = name
+        self.opsets = dict(opsets or {})  # domain -> version
+        self.inputs = []  # ValueInfo of tensors fed at run time
+        self.outputs = []  # ValueInfo of results
+        self.value_info = {}  # name -> declared ValueInfo of intermediates
+        self.values = {}  # name -> Value
+        self._nodes = {}  # Node -> None, in order (a dict: O(1) removal)
+        self._node_names = set()
+        self._counter = itertools.count()
+        self._order = itertools.count()
+        self.constants = ConstantsView(self)
 
     # -- queries -------------------------------------------------------------------------
+
+    @property
+    def nodes(self):
+        """The nodes in their current order (topological after ``topological_sort``)."""
+        return list(self._nodes)
+
+    def __len__(self):
+        return len(self._nodes)
+
+    def __contains__(self, node):
+        return node in self._nodes
 
     @property
     def input_names(self):
@@ -70,83 +163,159 @@ class Graph:
     def output_names(self):
         return [v.name for v in self.outputs]
 
-    def producers(self):
-        """Map tensor name -> the node producing it."""
-        return {out: node for node in self.nodes for out in node.outputs if out}
+    def value(self, name):
+        """The record of ``name``, created empty if the graph has none yet."""
+        record = self.values.get(name)
+        if record is None:
+            record = self.values[name] = Value(name)
+        return record
 
-    def consumers(self):
-        """Map tensor name -> list of nodes reading it (a node reading twice appears twice)."""
-        result = {}
-        for node in self.nodes:
-            for name in node.inputs:
-                if name:
-                    result.setdefault(name, []).append(node)
-        return result
+    def producer(self, name):
+        record = self.values.get(name)
+        return record.producer if record is not None else None
+
+    def consumers(self, name):
+        """The nodes reading ``name`` (a node reading it twice appears twice)."""
+        record = self.values.get(name)
+        return [node for node, _ in record.consumers] if record is not None else []
+
+    def uses(self, name):
+        """The (node, input index) pairs reading ``name``."""
+        record = self.values.get(name)
+        return list(record.consumers) if record is not None else []
 
     def is_constant(self, name):
         return name in self.constants
 
+    def is_graph_output(self, name):
+        return name in self._output_set()
+
+    def _output_set(self):
+        return {v.name for v in self.outputs}
+
     # -- editing -------------------------------------------------------------------------
 
     def unique_name(self, base):
-        """A tensor or node name not used anywhere in the graph yet."""
-        used = self._all_names()
-        if base not in used:
+        """A value or node name not used anywhere in the graph yet."""
+        if base not in self.values and base not in self._node_names:
             return base
         while True:
-            candidate = f"{base}_{next(self._names)}"
-            if candidate not in used:
+            candidate = f"{base}_{next(self._counter)}"
+            if candidate not in self.values and candidate not in self._node_names:
                 return candidate
 
-    def _all_names(self):
-        names = set(self.constants) | set(self.input_names) | set(self.output_names)
-        for node in self.nodes:
-            names.add(node.name)
-            names.update(node.inputs)
-            names.update(node.outputs)
-        return names
+    def add_constant(self, name, array):
+        self.constants[name] = array
 
-    def add_constant(self, name, value):
-        self.constants[name] = np.asarray(value)
+    def add_node(self, node):
+        """Append ``node`` and index its inputs and outputs."""
+        if node._graph is not None:
+            raise ValueError(f"{node.describe()} is already in a graph")
+        node._graph = self
+        node._order = next(self._order)
+        self._nodes[node] = None
+        self._node_names.add(node.name)
+        for i, name in enumerate(node._inputs):
+            if name:
+                self.value(name).consumers.append((node, i))
+        for name in node._outputs:
+            if name:
+                record = self.value(name)
+                record.producer = node
+        return node
 
-    def remove_nodes(self, dead):
-        dead = set(map(id, dead))
-        self.nodes = [n for n in self.nodes if id(n) not in dead]
+    def remove_node(self, node):
+        """Remove ``node``; values nothing refers to any more are forgotten."""
+        del self._nodes[node]
+        self._node_names.discard(node.name)
+        node._graph = None
+        for i, name in enumerate(node._inputs):
+            if name:
+                record = self.values[name]
+                record.consumers.remove((node, i))
+                self._forget_if_unused(name)
+        for name in node._outputs:
+            if name and self.values[name].producer is node:
+                self.values[name].producer = None
+                self._forget_if_unused(name)
 
-    def rename_input(self, old, new):
-        """Make every consumer of tensor ``old`` read ``new`` instead (outputs included)."""
-        for node in self.nodes:
-            node.inputs = [new if name == old else name for name in node.inputs]
+    def remove_nodes(self, nodes):
+        for node in list(nodes):
+            self.remove_node(node)
+
+    def set_input(self, node, index, name):
+        """Make input ``index`` of ``node`` read ``name``."""
+        old = node._inputs[index]
+        if old == name:
+            return
+        if old:
+            self.values[old].consumers.remove((node, index))
+        inputs = list(node._inputs)
+        inputs[index] = name
+        node._inputs = tuple(inputs)
+        if name:
+            self.value(name).consumers.append((node, index))
+        if old:
+            self._forget_if_unused(old)
+
+    def set_output(self, node, index, name):
+        """Make output ``index`` of ``node`` write ``name``."""
+        old = node._outputs[index]
+        outputs = list(node._outputs)
+        outputs[index] = name
+        node._outputs = tuple(outputs)
+        if old and self.values[old].producer is node:
+            self.values[old].producer = None
+            self._forget_if_unused(old)
+        if name:
+            self.value(name).producer = node
+
+    def replace_uses(self, old, new):
+        """Every node reading ``old`` reads ``new`` instead (graph outputs are not renamed)."""
+        for node, index in self.uses(old):
+            self.set_input(node, index, new)
+
+    def insert_before(self, consumer, index, node):
+        """Add ``node`` (one input, one output) between input ``index`` of ``consumer`` and
+        that input's producer: ``consumer`` then reads ``node``'s output."""
+        self.add_node(node)
+        self.set_input(consumer, index, node.outputs[0])
+
+    def _forget_if_unused(self, name):
+        record = self.values.get(name)
+        if (record is not None and record.producer is None and not record.consumers
+                and record.const is None and name not in self._output_set()
+                and name not in {v.name for v in self.inputs}):
+            del self.values[name]
 
     def topological_sort(self):
-        """Reorder ``nodes`` so each node comes after the producers of its inputs.
+        """Reorder the nodes so each comes after the producers of its inputs, in O(n).
 
         Kahn's algorithm, always taking the ready node that came first in the old order, so
         an already sorted graph keeps its order.  Raises ValueError on a cycle.
         """
-        producers = self.producers()
-        index = {id(n): i for i, n in enumerate(self.nodes)}
-        waiting = {id(n): 0 for n in self.nodes}
-        users = {id(n): [] for n in self.nodes}
-        for node in self.nodes:
-            for name in set(node.inputs):
-                if name in producers:
-                    waiting[id(node)] += 1
-                    users[id(producers[name])].append(node)
-        ready = [(index[id(n)], n) for n in self.nodes if waiting[id(n)] == 0]
+        nodes = list(self._nodes)
+        position = {node: i for i, node in enumerate(nodes)}
+        waiting = {}
+        for node in nodes:
+            waiting[node] = len({self.values[n].producer for n in node._inputs
+                                 if n and self.values[n].producer is not None})
+        ready = [(position[n], n.name, n) for n in nodes if waiting[n] == 0]
         heapq.heapify(ready)
         ordered = []
         while ready:
-            _, node = heapq.heappop(ready)
+            _, _, node = heapq.heappop(ready)
             ordered.append(node)
-            for user in users[id(node)]:
-                waiting[id(user)] -= 1
-                if waiting[id(user)] == 0:
-                    heapq.heappush(ready, (index[id(user)], user))
-        if len(ordered) != len(self.nodes):
-            stuck = [n.name for n in self.nodes if waiting[id(n)] > 0][:5]
+            users = {user for name in node._outputs if name
+                     for user, _ in self.values[name].consumers}
+            for user in users:
+                waiting[user] -= 1
+                if waiting[user] == 0:
+                    heapq.heappush(ready, (position[user], user.name, user))
+        if len(ordered) != len(nodes):
+            stuck = [n.name for n in nodes if waiting[n] > 0][:5]
             raise ValueError(f"the graph has a cycle through nodes {', '.join(stuck)}")
-        self.nodes = ordered
+        self._nodes = dict.fromkeys(ordered)
 
 
 def bypass_node(graph, node, input_index=0, output_index=0):
@@ -158,16 +327,15 @@ def bypass_node(graph, node, input_index=0, output_index=0):
     """
     src = node.inputs[input_index]
     dst = node.outputs[output_index]
-    output_names = set(graph.output_names)
-    if dst in output_names:
-        producers = graph.producers()
-        if src not in producers or src in output_names:
+    if graph.is_graph_output(dst):
+        producer = graph.producer(src)
+        if producer is None or graph.is_graph_output(src):
             return False
-        # Let the producer write the output name directly.
-        producer = producers[src]
-        producer.outputs = [dst if o == src else o for o in producer.outputs]
-        graph.rename_input(src, dst)
-    else:
-        graph.rename_input(dst, src)
-    graph.remove_nodes([node])
+        # Let the producer write the output name directly; its other readers follow.
+        graph.remove_node(node)
+        graph.set_output(producer, list(producer.outputs).index(src), dst)
+        graph.replace_uses(src, dst)
+        return True
+    graph.remove_node(node)
+    graph.replace_uses(dst, src)
     return True

@@ -3,7 +3,8 @@
     ModelProto -> for each NodeProto: registry[(domain, op_type)] covering the opset
                -> param dataclass -> ir.Node -> ir.Graph
 
-Plugins call ``register_parser`` at import time to teach pplpy new ops.
+Ops are declared with ``pplpy.engines.x86.op``, which registers their parsers here;
+plugins may also call ``register_parser`` directly.
 """
 
 from pplpy.models.onnx.registry import (
@@ -13,7 +14,6 @@ from pplpy.models.onnx.registry import (
     register_parser,
     registered_parsers,
 )
-from pplpy.models.onnx import parsers  # noqa: E402,F401  (fills the registry)
 
 __all__ = [
     "LATEST_OPSET",

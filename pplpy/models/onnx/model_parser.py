@@ -17,7 +17,6 @@ from onnx.external_data_helper import load_external_data_for_model, uses_externa
 from pplpy.common.data_type import DataType
 from pplpy.errors import ModelError
 from pplpy.ir import Graph, Node, ValueInfo
-from pplpy.models.onnx import parsers  # noqa: F401  (fills the registry)
 from pplpy.models.onnx.registry import find_parser, normalize_domain
 
 

@@ -1,17 +1,14 @@
-"""The param-parse registry: (domain, op_type, opset range) -> (param class, parse function).
+"""The param-parse registry: (domain, op_type, opsets) -> (param class, parse function).
 
-An op registers once, where its parser is defined::
+Ops declare themselves once with ``pplpy.engines.x86.op``, which registers here; a plugin
+that only needs a parser may call ``register_parser`` directly::
 
-    register_parser("", "LeakyRelu", LeakyReluParam, versions=(6, 28))
+    register_parser("", "LeakyRelu", LeakyReluParam, since=6)
 
 fills ``LeakyReluParam`` from the node's attributes by field name (the generic parse).
-Where ONNX encodes an op awkwardly, decorate a custom parse function instead::
-
-    @register_parser("", "Softmax", SoftmaxParam, versions=(1, 28))
-    def parse_softmax(node_proto, opset): ...
-
-An op without attributes registers without a class.  Ranges are inclusive opsets of the
-node's domain; a second registration whose range overlaps an existing one fails at import.
+Where ONNX encodes an op awkwardly, pass ``parse=fn(node_proto, opset) -> param``.  An op
+without attributes registers without a class.  Ranges are open-ended from ``since`` (see
+``pplpy.common.versioned_registry``).
 """
 
 import dataclasses
@@ -20,17 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import AttributeProto, helper, numpy_helper
 
-from pplpy.errors import ModelError, RegistryError
+from pplpy.common.versioned_registry import LATEST_OPSET, VersionedRegistry, normalize_domain
+from pplpy.errors import ModelError
 from pplpy.params.onnx.tensor_value import TensorValue
 
-# The newest ONNX opset whose definitions of pplpy's ops have been checked against the
-# parsers (a test compares every param with onnx.defs at both ends of its range).
-LATEST_OPSET = 28
-
-
-def normalize_domain(domain):
-    """ONNX writes the default domain as "" or "ai.onnx"; pplpy uses ""."""
-    return "" if domain in ("", "ai.onnx") else domain
+__all__ = ["LATEST_OPSET", "normalize_domain", "register_parser", "find_parser",
+           "registered_parsers", "generic_parse", "attribute_values"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +34,10 @@ class ParserEntry:
     param_cls: type | None
     parse: object  # callable(node_proto, opset) -> param, or None for the generic parse
 
+    @property
+    def label(self):
+        return self.param_cls.__name__ if self.param_cls else f"{self.op_type} parser"
+
     def parse_node(self, node_proto, opset):
         if self.parse is not None:
             return self.parse(node_proto, opset)
@@ -50,53 +46,66 @@ class ParserEntry:
         return generic_parse(self.param_cls, node_proto)
 
 
-_ENTRIES = {}  # (domain, op_type) -> [ParserEntry]
+_PARSERS = VersionedRegistry("parser")
 
 
-def register_parser(domain, op_type, param_cls=None, versions=(1, LATEST_OPSET)):
-    """Register how nodes of (domain, op_type) are parsed for opsets in ``versions``.
+def register_parser(domain, op_type, param_cls=None, since=1, until=None, parse=None,
+                    versions=None):
+    """Register how nodes of (domain, op_type) are parsed from opset ``since`` on.
 
-    Returns a decorator that, applied to ``fn(node_proto, opset) -> param``, makes ``fn`` the
-    parse function of this entry; used as a plain call, the generic parse applies.
+    ``versions=(first, last)`` is the older spelling of ``since``/``until``.  Returns the
+    decorator form: applied to ``fn(node_proto, opset) -> param`` it makes ``fn`` the parse
+    function of this entry (the generic parse applies otherwise).
     """
+    if versions is not None:
+        since, until = versions
     domain = normalize_domain(domain)
-    first, last = versions
-    if last is None:
-        last = LATEST_OPSET
-    if first > last:
-        raise RegistryError(f"{domain}::{op_type}: empty version range {versions}")
-    entries = _ENTRIES.setdefault((domain, op_type), [])
-    for other in entries:
-        if first <= other.last and other.first <= last:
-            raise RegistryError(
-                f"parser for {domain or 'ai.onnx'}::{op_type} versions {first}-{last} overlaps "
-                f"the registered range {other.first}-{other.last}"
-            )
-    entry = ParserEntry(domain, op_type, first, last, param_cls, None)
-    entries.append(entry)
-    position = len(entries) - 1
+    holder = _ParseHolder(parse)
+    _PARSERS.add(domain, op_type, since, until, _LazyEntry(domain, op_type, param_cls, holder))
 
     def use_parse_function(fn):
-        entries[position] = dataclasses.replace(entry, parse=fn)
+        holder.parse = fn
         return fn
 
     return use_parse_function
 
 
+class _ParseHolder:
+    __slots__ = ("parse",)
+
+    def __init__(self, parse):
+        self.parse = parse
+
+
+@dataclass(frozen=True)
+class _LazyEntry:
+    domain: str
+    op_type: str
+    param_cls: type | None
+    holder: _ParseHolder
+
+    @property
+    def label(self):
+        return self.param_cls.__name__ if self.param_cls else f"{self.op_type} parser"
+
+
+def _entry(resolved):
+    lazy = resolved.value
+    return ParserEntry(resolved.domain, resolved.op_type, resolved.first, resolved.last,
+                       lazy.param_cls, lazy.holder.parse)
+
+
 def find_parser(domain, op_type, opset):
     """The entry covering ``opset``, or None."""
-    for entry in _ENTRIES.get((normalize_domain(domain), op_type), ()):
-        if entry.first <= opset <= entry.last:
-            return entry
+    for resolved in _PARSERS.entries_of(domain, op_type):
+        if resolved.first <= opset <= resolved.last:
+            return _entry(resolved)
     return None
 
 
 def registered_parsers():
     """Every entry, sorted by domain and op type (for docs and tests)."""
-    return sorted(
-        (e for entries in _ENTRIES.values() for e in entries),
-        key=lambda e: (e.domain, e.op_type, e.first),
-    )
+    return [_entry(e) for e in _PARSERS.entries()]
 
 
 def attribute_values(node_proto):

@@ -4,12 +4,32 @@ Both are usually gone before the engine sees them (constant_to_initializer and c
 folding); they run as nodes when a pipeline keeps them or their output is a graph output.
 """
 
+import numpy as np
+
 from pplpy.common.data_type import DataType
-from pplpy.engines.x86.kernels.onnx.constant_kernels import ConstantKernel, ConstantOfShapeKernel
-from pplpy.engines.x86.optimizer.ops.onnx.shape_ops import check_int64_input, constant_vector
-from pplpy.engines.x86.optimizer.op_kernel import X86OptKernel
-from pplpy.engines.x86.optimizer.registry import register_op
+from pplpy.engines.x86.ops.declare import op
+from pplpy.params.onnx import ConstantOfShapeParam, ConstantParam
+from pplpy.models.onnx.parsers.encodings import parse_constant, parse_constant_of_shape
+from pplpy.engines.x86.ops.onnx.shape import DataMovementKernel
+from pplpy.engines.x86.ops.onnx.shape import check_int64_input, constant_vector
+from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.params.onnx.tensor_value import TensorValue
+
+
+class ConstantKernel(DataMovementKernel):
+    """y = the param's value."""
+
+    def do_execute(self, ctx):
+        np.copyto(ctx.outputs[0], self.param.value.array)
+
+
+class ConstantOfShapeKernel(DataMovementKernel):
+    """y = full(shape, value); value defaults to a float32 zero."""
+
+    def do_execute(self, ctx):
+        value = self.param.value if self.param is not None else None
+        fill = np.float32(0) if value is None else value.array.reshape(-1)[0]
+        ctx.outputs[0].fill(fill)
 
 
 def value_type(op, value, what):
@@ -23,7 +43,7 @@ def value_type(op, value, what):
     return data_type
 
 
-@register_op("", "Constant", versions=(1, 28))
+@op("", "Constant", since=1, param=ConstantParam, parse=parse_constant)
 class ConstantOp(X86OptKernel):
     """y = the value attribute (value, value_float(s), value_int(s) ...) as one tensor."""
 
@@ -37,7 +57,7 @@ class ConstantOp(X86OptKernel):
         return ConstantKernel(self)
 
 
-@register_op("", "ConstantOfShape", versions=(9, 28))
+@op("", "ConstantOfShape", since=9, param=ConstantOfShapeParam, parse=parse_constant_of_shape)
 class ConstantOfShapeOp(X86OptKernel):
     """y = full(input 0, value); value is a one-element tensor, default float32 0.  An empty
     shape gives a scalar."""

@@ -7,11 +7,14 @@ inputs; a shape computed by another node at run time (a Shape -> Gather -> Conca
 that folding could not fold) is reported as unsupported.
 """
 
+import numpy as np
+
 from pplpy.common.data_type import DataType
-from pplpy.engines.x86.kernels.onnx.shape_kernels import CopyKernel, DropoutKernel, TransposeKernel
-from pplpy.engines.x86.optimizer.canned import ANY_TYPE, same_shape_as_input
-from pplpy.engines.x86.optimizer.op_kernel import X86OptKernel
-from pplpy.engines.x86.optimizer.registry import register_op
+from pplpy.engines.x86.ops.canned import ANY_TYPE, same_shape_as_input
+from pplpy.engines.x86.ops.declare import op
+from pplpy.params.onnx import DropoutParam, FlattenParam, ReshapeParam, TransposeParam, UnsqueezeParam
+from pplpy.engines.x86.ops.kernel import X86Kernel
+from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.errors import ShapeError
 from pplpy.oputils.onnx.shape_functions import (
     flatten_shape,
@@ -19,6 +22,41 @@ from pplpy.oputils.onnx.shape_functions import (
     transpose_shape,
     unsqueeze_shape,
 )
+from pplpy.oputils.onnx.shape_functions import transpose_shape
+
+
+class DataMovementKernel(X86Kernel):
+    """Base of the numpy data-movement kernels; tolerates omitted optional outputs ("")."""
+
+    def can_do_execute(self, ctx):
+        return any(s is not None and s.element_count > 0 for s in ctx.output_shapes)
+
+
+class CopyKernel(DataMovementKernel):
+    """y = x with new dims: Reshape, Flatten, Unsqueeze, Identity (row-major order kept)."""
+
+    def do_execute(self, ctx):
+        y = ctx.outputs[0]
+        np.copyto(y, ctx.inputs[0].reshape(y.shape))
+
+
+class TransposeKernel(DataMovementKernel):
+    """y = x.transpose(perm); perm None reverses the axes."""
+
+    def do_execute(self, ctx):
+        _, perm = transpose_shape(ctx.input_shapes[0].dims, self.param.perm)
+        np.copyto(ctx.outputs[0], ctx.inputs[0].transpose(perm))
+
+
+class DropoutKernel(DataMovementKernel):
+    """Inference Dropout: y = x; the optional mask is all ones (nothing is dropped)."""
+
+    def do_execute(self, ctx):
+        outputs = ctx.outputs
+        if outputs[0] is not None:
+            np.copyto(outputs[0], ctx.inputs[0])
+        if len(outputs) > 1 and outputs[1] is not None:
+            outputs[1].fill(1)  # True for bool (opset 10+), one of type T before
 
 
 def check_int64_input(op, in_types, index, what):
@@ -54,7 +92,7 @@ class ShapeOp(X86OptKernel):
         return CopyKernel(self)
 
 
-@register_op("", "Reshape", versions=(5, 28))
+@op("", "Reshape", since=5, param=ReshapeParam)  # shape became an input in 5
 class ReshapeOp(ShapeOp):
     """y = x.reshape(shape): 0 copies the input dim (unless allowzero, opset 14+), -1 is
     inferred."""
@@ -72,7 +110,7 @@ class ReshapeOp(ShapeOp):
                                          allowzero)]
 
 
-@register_op("", "Flatten", versions=(1, 28))
+@op("", "Flatten", since=1, param=FlattenParam)
 class FlattenOp(ShapeOp):
     """y = x.reshape(prod(dims[:axis]), prod(dims[axis:]))."""
 
@@ -81,7 +119,8 @@ class FlattenOp(ShapeOp):
         return [self.infer_shape_checked(in_shapes, flatten_shape, in_shapes[0], axis)]
 
 
-@register_op("", "Unsqueeze", versions=(1, 28))
+@op("", "Unsqueeze", since=1, param=UnsqueezeParam)  # axes attribute
+@op("", "Unsqueeze", since=13)  # axes input
 class UnsqueezeOp(ShapeOp):
     """y = x with size-1 dims inserted at ``axes`` (attribute before opset 13, input from 13)."""
 
@@ -105,7 +144,7 @@ class UnsqueezeOp(ShapeOp):
         return [self.infer_shape_checked(in_shapes, unsqueeze_shape, in_shapes[0], axes)]
 
 
-@register_op("", "Identity", versions=(1, 28))
+@op("", "Identity", since=1)
 class IdentityOp(ShapeOp):
     """y = x.  Usually removed by the remove_identity pass; kept when it joins a graph input
     to a graph output."""
@@ -113,7 +152,7 @@ class IdentityOp(ShapeOp):
     infer_shape = same_shape_as_input
 
 
-@register_op("", "Transpose", versions=(1, 28))
+@op("", "Transpose", since=1, param=TransposeParam)
 class TransposeOp(ShapeOp):
     """y = x.transpose(perm); perm None reverses the axes."""
 
@@ -126,7 +165,8 @@ class TransposeOp(ShapeOp):
         return TransposeKernel(self)
 
 
-@register_op("", "Dropout", versions=(7, 28))
+@op("", "Dropout", since=7, param=DropoutParam)
+@op("", "Dropout", since=12, param=DropoutParam)  # ratio and training_mode became inputs
 class DropoutOp(ShapeOp):
     """Inference Dropout: y = x, mask all ones.  Training mode is not supported.
 

@@ -1,0 +1,123 @@
+"""X86Kernel: what runs one node.  A kernel is made once per node when the runtime is built
+(it packs constant weights then), and turns into one step of the compiled run plan for each
+input-shape signature:
+
+    kernel.make_step(io) -> Step        io: StepIO, where every input and output lives
+
+A compiled kernel overrides ``make_step`` and returns the Step its impl module builds (a C
+function with pre-bound arguments; see ``pplpy/runtime/step.pxd``).  A kernel written in
+Python overrides ``do_execute(ctx)`` instead: the default ``make_step`` wraps it in a
+PythonStep, which takes the GIL for its own call and sees numpy views of the arena.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pplpy.engines.x86.impls.dispatch import load_variant
+from pplpy.runtime.step import PythonStep
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One input or output of a step.
+
+    ``shape`` is the logical TensorShape (dims, element type, format); ``array`` a numpy view
+    of the memory in its physical layout (N16CX arrays are (N, C/16, *S, 16)); ``address``
+    the address of its first byte, for compiled steps.  A step may keep ``address`` (the
+    memory outlives the step); it must not write to inputs.
+    """
+
+    shape: object  # TensorShape
+    array: np.ndarray
+
+    @property
+    def address(self):
+        return self.array.__array_interface__["data"][0]
+
+
+class StepIO:
+    """Everything ``make_step`` needs: the node's inputs and outputs (None where an optional
+    one is absent) and the size of the runtime's thread team."""
+
+    __slots__ = ("inputs", "outputs", "num_threads")
+
+    def __init__(self, inputs, outputs, num_threads):
+        self.inputs = inputs
+        self.outputs = outputs
+        self.num_threads = num_threads
+
+    @property
+    def input_shapes(self):
+        return [s.shape if s is not None else None for s in self.inputs]
+
+    @property
+    def output_shapes(self):
+        return [s.shape if s is not None else None for s in self.outputs]
+
+    def context(self):
+        """The numpy view of this IO that Python kernels see."""
+        return KernelContext(
+            [s.array if s is not None else None for s in self.inputs],
+            self.input_shapes,
+            [s.array if s is not None else None for s in self.outputs],
+            self.output_shapes,
+            self.num_threads,
+        )
+
+
+class KernelContext:
+    """What a Python kernel sees for one node: arrays in their physical layout (N16CX
+    arrays are (N, C/16, *S, 16)), their logical TensorShapes, and the thread count.
+    Write results into ``outputs[i]`` (views of the arena); rebinding them has no effect."""
+
+    __slots__ = ("inputs", "input_shapes", "outputs", "output_shapes", "num_threads")
+
+    def __init__(self, inputs, input_shapes, outputs, output_shapes, num_threads):
+        self.inputs = inputs
+        self.input_shapes = input_shapes
+        self.outputs = outputs
+        self.output_shapes = output_shapes
+        self.num_threads = num_threads
+
+
+class X86Kernel:
+    """Base class of kernels.  One object per node, shared by every Runtime built from the
+    same builder: keep it free of per-run state (packed constant weights are fine)."""
+
+    # Input indices whose constant values the kernel copied (packed) when it was made: the
+    # engine then drops the raw weights, so they are held once.
+    packed_inputs = ()
+
+    def __init__(self, op):
+        self.op = op
+        self.node = op.node
+        self.param = op.param
+        self.isa = op.options.isa
+
+    def impl(self, family):
+        """The Cython module of ``family`` for this engine's ISA."""
+        return load_variant(family, self.isa)
+
+    def has_work(self, io):
+        """False when every output is empty: nothing to compute, no step."""
+        return any(s is not None and s.shape.element_count > 0 for s in io.outputs)
+
+    def make_step(self, io):
+        """The step that computes this node for the shapes in ``io`` (None: nothing to do).
+
+        Default, for kernels written in Python: a PythonStep calling ``do_execute``."""
+        if not self.has_work(io):
+            return None
+        ctx = io.context()
+        do_execute = self.do_execute
+        return PythonStep(lambda: do_execute(ctx), label=self.node.name)
+
+    def do_execute(self, ctx):
+        """Compute the outputs of ``ctx`` from its inputs (Python kernels)."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither make_step nor "
+                                  f"do_execute")
+
+    # Older name of has_work for Python kernels that test their KernelContext.
+    def can_do_execute(self, ctx):
+        return any(s is not None and s.element_count > 0 for s in ctx.output_shapes)

@@ -1,0 +1,43 @@
+# The compiled-step ABI for Cython: cimport this to turn a kernel into a step of the run plan.
+#
+#     from pplpy.runtime.step cimport Step, new_step, ppl_partition
+#
+#     cdef struct ReluArgs:
+#         const float *x
+#         float *y
+#         Py_ssize_t n
+#
+#     cdef void relu_step(const void *a, int tid, int nthreads) noexcept nogil:
+#         cdef const ReluArgs *args = <const ReluArgs *>a
+#         cdef Py_ssize_t b, e, i
+#         ppl_partition(args.n, tid, nthreads, &b, &e)
+#         for i in range(b, e): ...
+#
+#     def make_relu_step(size_t x, size_t y, Py_ssize_t n):
+#         cdef Step step = new_step(relu_step, sizeof(ReluArgs), n > 65536)
+#         cdef ReluArgs *args = <ReluArgs *>step.args
+#         ...
+#         return step
+#
+# See pplpy/include/pplpy_step.h for the rules a step function follows.
+
+cdef extern from "pplpy_step.h" nogil:
+    ctypedef void (*ppl_step_fn)(const void *args, int tid, int nthreads) noexcept nogil
+    ctypedef struct ppl_plan_step:
+        ppl_step_fn fn
+        const void *args
+        int parallel
+    void ppl_partition(Py_ssize_t n, int tid, int nthreads, Py_ssize_t *begin, Py_ssize_t *end)
+    int ppl_plan_run(const ppl_plan_step *steps, Py_ssize_t n, int nthreads, volatile int *error)
+
+
+cdef class Step:
+    cdef ppl_step_fn fn
+    cdef void *args            # the function's arguments
+    cdef bint owns_args        # args came from new_step and are freed with the step
+    cdef readonly bint parallel
+    cdef public str label      # shown by the profiler and --dump-graph
+    cdef public object keep    # Python objects whose memory the args point into
+
+
+cdef Step new_step(ppl_step_fn fn, size_t args_size, bint parallel, object keep=*)

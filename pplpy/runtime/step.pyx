@@ -1,0 +1,142 @@
+"""Steps and plans: the compiled form of a runtime.
+
+A ``Step`` is one C function with its pre-bound arguments (see ``pplpy_step.h``); a
+``Plan`` is an array of steps run in one ``nogil`` call on one OpenMP team.  A kernel
+written in Python becomes a ``PythonStep``, which takes the GIL for its own call only.
+
+    kernels --make_step(io)--> [Step, Step, PythonStep, ...] --Plan(steps, threads)--> run()
+"""
+
+from libc.stdlib cimport calloc, free, malloc
+
+import time
+
+
+cdef class Step:
+    """One compiled step.  Made by an impl module's ``make_*_step`` function."""
+
+    def __dealloc__(self):
+        if self.owns_args:
+            free(self.args)
+        self.args = NULL
+
+    def __repr__(self):
+        kind = "parallel" if self.parallel else "serial"
+        return f"<Step {self.label or '?'} ({kind})>"
+
+
+cdef Step new_step(ppl_step_fn fn, size_t args_size, bint parallel, object keep=None):
+    """A step calling ``fn`` on a zeroed block of ``args_size`` bytes the caller fills in."""
+    cdef Step step = Step.__new__(Step)
+    step.fn = fn
+    step.args = calloc(1, args_size if args_size > 0 else 1)
+    if step.args == NULL:
+        raise MemoryError("cannot allocate a step's arguments")
+    step.owns_args = True
+    step.parallel = parallel
+    step.keep = keep
+    step.label = ""
+    return step
+
+
+cdef class PythonStep(Step):
+    """A step that calls ``function()`` holding the GIL, on thread 0 of the team.
+
+    An exception it raises is kept and stops the plan at the next barrier; ``Plan.run``
+    re-raises it."""
+
+    cdef object function
+    cdef volatile int *error
+    cdef public object exception
+
+    def __init__(self, function, label=""):
+        self.function = function
+        self.fn = _python_step
+        self.args = <void *>self      # borrowed: the plan holds the step
+        self.parallel = False
+        self.label = label
+        self.exception = None
+        self.error = NULL
+
+    def __call__(self):
+        self.function()
+
+
+cdef void _python_step(const void *args, int tid, int nthreads) noexcept nogil:
+    with gil:
+        step = <PythonStep>args
+        try:
+            step.function()
+        except BaseException as exc:  # noqa: B036 - carried across the nogil region
+            step.exception = exc
+            step.error[0] = 1
+
+
+cdef class Plan:
+    """An array of steps run in one nogil call on ``num_threads`` threads."""
+
+    cdef ppl_plan_step *c_steps
+    cdef Py_ssize_t n
+    cdef volatile int error
+    cdef readonly int num_threads
+    cdef readonly tuple steps
+
+    def __cinit__(self, steps, int num_threads=1):
+        cdef Step step
+        cdef Py_ssize_t i
+        self.steps = tuple(steps)
+        self.n = len(self.steps)
+        self.num_threads = max(1, num_threads)
+        self.c_steps = <ppl_plan_step *>malloc(max(1, self.n) * sizeof(ppl_plan_step))
+        if self.c_steps == NULL:
+            raise MemoryError("cannot allocate the run plan")
+        for i in range(self.n):
+            step = self.steps[i]
+            if not isinstance(step, Step):
+                raise TypeError(f"plan step {i} is {type(step).__name__}, not a Step")
+            if isinstance(step, PythonStep):
+                (<PythonStep>step).error = &self.error
+            self.c_steps[i].fn = step.fn
+            self.c_steps[i].args = step.args
+            self.c_steps[i].parallel = step.parallel
+
+    def __dealloc__(self):
+        free(self.c_steps)
+
+    def __len__(self):
+        return self.n
+
+    def run(self):
+        """Run every step, in order, without the GIL (Python steps take it for themselves)."""
+        cdef int rc
+        with nogil:
+            rc = ppl_plan_run(self.c_steps, self.n, self.num_threads, &self.error)
+        if rc:
+            self._raise()
+
+    def run_profiled(self):
+        """Run the steps one at a time, each on the whole team, and return each one's seconds
+        (for the profiler: a barrier after every step, so times do not overlap)."""
+        cdef int rc
+        cdef Py_ssize_t i
+        times = []
+        for i in range(self.n):
+            start = time.perf_counter()
+            with nogil:
+                rc = ppl_plan_run(&self.c_steps[i], 1, self.num_threads, &self.error)
+            times.append(time.perf_counter() - start)
+            if rc:
+                self._raise()
+        return times
+
+    def _raise(self):
+        for step in self.steps:
+            if isinstance(step, PythonStep) and step.exception is not None:
+                exc, step.exception = step.exception, None
+                raise exc
+        raise RuntimeError("a plan step failed without an exception")
+
+
+def run_steps(steps, int num_threads=1):
+    """Run ``steps`` once as a plan: the path impl test wrappers take."""
+    Plan(steps, num_threads).run()
