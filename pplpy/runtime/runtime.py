@@ -13,8 +13,8 @@ import numpy as np
 
 from pplpy.common.data_format import DataFormat
 from pplpy.common.tensor_shape import TensorShape
-from pplpy.engines.x86.kernels.kernel import KernelContext
-from pplpy.engines.x86.optimizer.inference import infer_shapes
+from pplpy.engines.x86.ops.kernel import KernelContext
+from pplpy.engines.x86.passes.inference import infer_shapes
 from pplpy.errors import InputError
 from pplpy.runtime.memory_planner import Buffer, plan_memory
 from pplpy.runtime.profiler import Profiler, clock

@@ -15,13 +15,11 @@ from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
 from pplpy.common.isa import best_isa
 from pplpy.common.tensor_shape import TensorShape
-from pplpy.engines.x86.kernels.kernel import KernelContext
-from pplpy.engines.x86.optimizer import ops as _ops  # noqa: F401  (fills the registry)
-from pplpy.engines.x86.optimizer.inference import infer_shapes, infer_types
-from pplpy.engines.x86.optimizer.passes.reorder_insertion import (
-    select_formats_and_insert_reorders,
-)
-from pplpy.engines.x86.optimizer.registry import find_op
+from pplpy.engines.x86 import ops as _ops  # noqa: F401  (fills the registry)
+from pplpy.engines.x86.ops.declare import find_op
+from pplpy.engines.x86.ops.kernel import KernelContext
+from pplpy.engines.x86.passes.inference import infer_shapes, infer_types
+from pplpy.engines.x86.passes.reorder_insertion import select_formats_and_insert_reorders
 from pplpy.errors import PplError
 
 

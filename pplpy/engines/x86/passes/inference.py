@@ -5,7 +5,7 @@ time from the declared (or user-given) input dims and again at run time whenever
 shapes change, so dynamic batch and sequence length work.
 """
 
-from pplpy.engines.x86.optimizer.op_kernel import ValueRequired
+from pplpy.engines.x86.ops.op_context import ValueRequired
 from pplpy.errors import PplError, ShapeError, UnsupportedOpError
 
 
