@@ -44,7 +44,7 @@ def test_load_and_run_matches_reference(isa, save_model):
 
 def test_reorders_are_inserted_between_formats(save_model):
     rt = pplpy.load(save_model(conv_model()))
-    kinds = [(n.op_type, str(rt.plan.formats[n.outputs[0]])) for n in rt.graph.nodes]
+    kinds = [(n.op_type, str(rt.formats[n.outputs[0]])) for n in rt.graph.nodes]
     # input reordered to N16CX for Conv, back to NDARRAY for Softmax; MaxPool follows it.
     assert kinds == [("Reorder", "n16cx"), ("Conv", "n16cx"), ("Relu", "n16cx"),
                      ("Reorder", "ndarray"), ("Softmax", "ndarray"), ("MaxPool", "ndarray")]
@@ -76,7 +76,7 @@ def test_builder_runtimes_share_kernels_and_run_on_threads(save_model):
     builder = pplpy.RuntimeBuilder.from_onnx(save_model(model),
                                              engines=[pplpy.X86Engine(num_threads=1)])
     runtimes = [builder.create_runtime() for _ in range(2)]
-    assert runtimes[0].plan is runtimes[1].plan  # packed weights built once
+    assert runtimes[0].result is runtimes[1].result  # packed weights built once
     ref = ReferenceEvaluator(model)
     inputs = [RNG.standard_normal((4, 3, 8, 8)).astype(np.float32) for _ in range(2)]
     results, errors = [None, None], []
@@ -248,7 +248,7 @@ def test_reshape_shape_fed_at_run_time(save_model):
 
 def test_blocked_format_kept_through_cnn_ops(save_model):
     rt = pplpy.load(save_model(conv_model()))
-    blocked = [n.op_type for n in rt.graph.nodes if rt.plan.formats[n.outputs[0]] is DataFormat.N16CX]
+    blocked = [n.op_type for n in rt.graph.nodes if rt.formats[n.outputs[0]] is DataFormat.N16CX]
     assert "Conv" in blocked and "Relu" in blocked
 
 

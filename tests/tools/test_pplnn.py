@@ -180,7 +180,7 @@ _BLOCKED_OP = textwrap.dedent("""
     import numpy as np
     from pplpy import DataFormat
     from pplpy.engines.x86 import X86Kernel, X86OptKernel, register_op
-    from pplpy.engines.x86.optimizer.canned import same_shape_as_input
+    from pplpy.engines.x86.ops.canned import same_shape_as_input
     from pplpy.models.onnx import register_parser
     from pplpy.tools.pplnn import main
 
