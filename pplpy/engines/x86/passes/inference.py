@@ -33,11 +33,11 @@ def infer_types(nodes, ops, known):
 
 def host_evaluable(node, op, types, shapes, values):
     """Whether ``node`` is computed on the host when a plan is made (see module doc)."""
-    present = [name for name in node.inputs if name]
     if getattr(op, "computes_from_shapes", False):  # Shape, Size: only the input's dims
-        return all(shapes.get(name) is not None for name in present)
-    if not all(name in values for name in present):
-        return False
+        return all(shapes.get(name) is not None for name in node.inputs if name)
+    for name in node.inputs:
+        if name and name not in values:
+            return False
     for name in node.outputs:
         if name and (types.get(name) not in HOST_TYPES or shapes.get(name) is None
                      or _count(shapes[name]) > HOST_MAX_ELEMENTS):
