@@ -8,6 +8,17 @@ from pplpy.params.onnx.activation_param import ClipParam, LeakyReluParam
 from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam, DropoutParam
 from pplpy.params.onnx.conv_param import ConvParam
 from pplpy.params.onnx.gemm_param import GemmParam
+from pplpy.params.onnx.layer_norm_param import (
+    CoercedAxisParam,
+    GroupNormalizationParam,
+    HardmaxParam,
+    InstanceNormalizationParam,
+    LayerNormalizationParam,
+    LogSoftmaxParam,
+    LpNormalizationParam,
+    MeanVarianceNormalizationParam,
+    RMSNormalizationParam,
+)
 from pplpy.params.onnx.normalization_param import (
     BatchNormalizationParam,
     LRNParam,
@@ -28,4 +39,7 @@ __all__ = [
     "ConstantOfShapeParam", "ConstantParam", "ConvParam", "DropoutParam", "FlattenParam",
     "GemmParam", "LRNParam", "LeakyReluParam", "MaxPoolParam", "ReshapeParam",
     "SoftmaxParam", "TensorValue", "TransposeParam", "UnsqueezeParam",
+    "CoercedAxisParam", "GroupNormalizationParam", "HardmaxParam", "InstanceNormalizationParam",
+    "LayerNormalizationParam", "LogSoftmaxParam", "LpNormalizationParam",
+    "MeanVarianceNormalizationParam", "RMSNormalizationParam",
 ]
