@@ -10,6 +10,7 @@
 #   make_fill_step          y = a repeated byte pattern (ConstantOfShape, Dropout's mask)
 #   make_gather_step        y[o, j] = x[o, indices[j]] rows as block copies (Gather)
 #   make_concat_n16cx_step  channel concat of N16CX tensors as lane runs
+#   make_group_step         several independent steps as one (Dropout: y and its mask)
 #
 # Each make_*_step takes addresses (size_t) and sizes, checks them, and returns a Step;
 # the Python-visible test wrappers at the bottom build the same steps from numpy arrays and
@@ -23,7 +24,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step cimport Step, new_step, ppl_partition, ppl_plan_step
 from pplpy.runtime.step import run_steps
 
 
@@ -469,6 +470,48 @@ def make_concat_n16cx_step(size_t dst, srcs, channels, Py_ssize_t batch, Py_ssiz
     args.srcs = <const char **>&t[pos + out_blocks + 1 + n]
     if out_blocks == 0:
         args.batch = 0
+    return step
+
+
+# -- group --------------------------------------------------------------------------------
+
+cdef struct GroupArgs:
+    Py_ssize_t n
+    ppl_plan_step *steps
+
+
+cdef void group_step(const void *a, int tid, int nthreads) noexcept nogil:
+    # No barrier between the parts: they must write disjoint memory and not read each
+    # other's outputs.  A serial part runs on thread 0 only.
+    cdef const GroupArgs *args = <const GroupArgs *>a
+    cdef Py_ssize_t i
+    for i in range(args.n):
+        if args.steps[i].parallel:
+            args.steps[i].fn(args.steps[i].args, tid, nthreads)
+        elif tid == 0:
+            args.steps[i].fn(args.steps[i].args, 0, 1)
+
+
+def make_group_step(steps):
+    """One step running independent compiled ``steps`` (disjoint outputs, none reading
+    another's output) without a barrier between them; parallel when any part is."""
+    cdef Py_ssize_t n = len(steps), i
+    cdef Step part
+    cdef bint parallel = False
+    for s in steps:
+        if type(s) is not Step:
+            raise ValueError(f"a group holds compiled steps only, got {type(s).__name__}")
+        parallel = parallel or (<Step>s).parallel
+    cdef Step step = new_step(group_step, sizeof(GroupArgs) + n * sizeof(ppl_plan_step),
+                              parallel, tuple(steps))
+    cdef GroupArgs *args = <GroupArgs *>step.args
+    args.n = n
+    args.steps = <ppl_plan_step *>(<char *>step.args + sizeof(GroupArgs))
+    for i in range(n):
+        part = steps[i]
+        args.steps[i].fn = part.fn
+        args.steps[i].args = part.args
+        args.steps[i].parallel = part.parallel
     return step
 
 
