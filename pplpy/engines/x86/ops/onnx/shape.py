@@ -17,6 +17,7 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.errors import ShapeError
+from pplpy.models.onnx.parsers.encodings import parse_dropout
 from pplpy.oputils.onnx.shape_functions import (
     flatten_shape,
     reshape_shape,
@@ -221,8 +222,8 @@ class TransposeOp(ShapeOp):
         return TransposeKernel(self)
 
 
-@op("", "Dropout", since=7, param=DropoutParam)
-@op("", "Dropout", since=12, param=DropoutParam)  # ratio and training_mode became inputs
+@op("", "Dropout", since=7, param=DropoutParam, parse=parse_dropout)
+@op("", "Dropout", since=12, param=DropoutParam, parse=parse_dropout)  # ratio became an input
 class DropoutOp(ShapeOp):
     """Inference Dropout: y = x, mask all ones.  Training mode is not supported.
 
