@@ -6,8 +6,6 @@ Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains PyTorch exports follow 
 host.  An N16CX input reports its logical dims, never the padded physical ones.
 """
 
-import threading
-
 import numpy as np
 
 from pplpy.common.data_format import DataFormat
@@ -34,10 +32,7 @@ class ShapeKernel(DataMovementKernel):
     def make_step(self, io):
         if not self.has_work(io):
             return None
-        source = io.inputs[0]
-        # Host evaluation may hand over no slot for an input whose value is not known, only
-        # its dims: take the dims this thread's op context last inferred from.
-        dims = source.shape.dims if source is not None else self.op.inferred_dims()
+        dims = io.inputs[0].shape.dims  # on the host, a slot with dims and no array
         value = shape_value(dims, self.param)
         y = io.outputs[0]
         if value.nbytes != y.shape.bytes:
@@ -55,23 +50,11 @@ class ShapeOfOp(X86OptKernel):
     computes_from_shapes = True  # the runtime evaluates it on the host from dims alone
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
 
-    def __init__(self, node, options):
-        super().__init__(node, options)
-        self._inferred = threading.local()
-
     def infer_type(self, in_types):
         return [DataType.INT64]
 
     def infer_shape(self, in_shapes, in_values):
-        dims = in_shapes[0]
-        self._inferred.dims = tuple(dims)
-        return [(len(shape_value(dims, self.param)),)]
-
-    def inferred_dims(self):
-        dims = getattr(self._inferred, "dims", None)
-        if dims is None:
-            raise ValueError(f"{self.node.describe()}: the input's dims are unknown")
-        return dims
+        return [(len(shape_value(in_shapes[0], self.param)),)]
 
     def select_format(self, in_formats, in_shapes):
         """Whatever format the input arrives in: only its logical dims are read."""

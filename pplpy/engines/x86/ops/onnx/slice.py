@@ -7,8 +7,6 @@ negative.  Their values decide the output shape, so they must be known when the 
 copy step: the source strides are the input's strides times the steps.
 """
 
-import threading
-
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.impls import _copy
 from pplpy.engines.x86.ops.canned import ANY_TYPE
@@ -29,7 +27,11 @@ class SliceKernel(DataMovementKernel):
             return None
         x, y = io.inputs[0], io.outputs[0]
         dims = x.shape.dims
-        _, firsts, steps = self.op.inferred_geometry(dims, y.shape.dims)
+        # starts/ends/axes/steps are constants, host values or value-deciding feeds: all hold
+        # their values when the step is made.
+        values = [s.array if s is not None else None for s in io.inputs]
+        _, firsts, steps = self.op.geometry(
+            [s.shape.dims if s is not None else None for s in io.inputs], values)
         es = x.shape.data_type.itemsize
         strides, s = [0] * len(dims), es
         for k in range(len(dims) - 1, -1, -1):
@@ -74,24 +76,8 @@ class SliceOp(X86OptKernel):
         except ValueError as exc:
             raise self.shape_error(str(exc), in_shapes) from exc
 
-    def __init__(self, node, options):
-        super().__init__(node, options)
-        self._inferred = threading.local()
-
     def infer_shape(self, in_shapes, in_values):
-        geometry = self.geometry(in_shapes, in_values)
-        self._inferred.last = (tuple(in_shapes[0]), geometry)
-        return [geometry[0]]
-
-    def inferred_geometry(self, in_dims, out_dims):
-        """The geometry this thread last inferred, for the kernel: the runtime infers a
-        plan's shapes (seeing the starts/ends values) just before it makes the plan's steps,
-        and at that point a fed starts/ends input is not in its slot yet."""
-        last = getattr(self._inferred, "last", None)
-        if last is None or last[0] != tuple(in_dims) or last[1][0] != tuple(out_dims):
-            raise ValueError(f"{self.node.describe()}: no slice geometry inferred for input "
-                             f"dims {list(in_dims)} and output dims {list(out_dims)}")
-        return last[1]
+        return [self.geometry(in_shapes, in_values)[0]]
 
     def create_kernel(self):
         return SliceKernel(self)
