@@ -54,9 +54,7 @@ class AxisOp(X86OptKernel):
         return [shape]
 
     def create_kernel(self):
-        return AxisKernel(self, self.kind, self.node.opset < 13 and self.coerces)
-
-    coerces = True
+        return AxisKernel(self, self.kind, self.node.opset < 13)
 
 
 @op("", "LogSoftmax", since=1, param=CoercedAxisParam)  # flattens to 2-D at axis
