@@ -155,7 +155,7 @@ def test_variants_export_same_names():
         names[isa] = re.findall(r"^def (\w+)", (IMPLS / body[0]).read_text(), re.M) + \
             re.findall(r"^def (\w+)", text, re.M)
     assert len({tuple(v) for v in names.values()}) == 1, names
-    assert {"conv_pack_weight", "conv2d_n16cx_fp32"} <= set(names["fma"])
+    assert {"conv_pack_weight", "make_conv2d_n16cx_step", "conv2d_n16cx_fp32"} <= set(names["fma"])
     for isa in supported_isas():
         mod = load_variant("conv_fp32", isa)
         assert all(hasattr(mod, name) for name in names[isa])
