@@ -367,6 +367,7 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
     cdef const float *bias
     cdef float *scratch
     cdef float *gathered
+    cdef float *y_p
     cdef bint whole = c.mult > 1
     if nthreads > c.max_threads:
         if tid >= c.max_threads:
@@ -403,9 +404,9 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
             x_p = gathered
         else:
             x_p = c.x + (n * d.icb + cb) * plane
+        y_p = c.y + (n * d.ocb + cb) * d.OH * d.OW * PPL_CB
         for oh in range(oh_lo, oh_hi):
-            ppl_dw_row(x_p, d.H, d.W, wp, bias, c.y + ((n * d.ocb + cb) * d.OH + oh) * d.OW * PPL_CB,
-                       d.OW, oh, d.kh, d.kw, d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op,
+            ppl_dw_row(x_p, d.H, d.W, wp, bias, y_p + oh * d.OW * PPL_CB, d.OW, oh, d.kh, d.kw, d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op,
                        c.ep.p0, c.ep.p1)
 
 
