@@ -30,6 +30,8 @@ class ConvKernel(X86Kernel):
         super().__init__(op)
         w = op.constant(1)
         self.packed_w = self.pack(w) if w is not None else None
+        # The packed array itself, where Runtime.memory() counts kernels' weights.
+        self.packed_data = self.packed_w["data"] if self.packed_w is not None else None
         b = op.constant(2) if op.input_present(2) else None
         self.bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None else None
         # The packed weight and the bias copy replace the raw constants.
