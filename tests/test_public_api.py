@@ -271,3 +271,13 @@ def test_errors_do_not_leak_process_state(save_model):
         pplpy.load(os.devnull)
     rt = pplpy.load(save_model(conv_model(batch=1)))
     assert rt.run({"x": np.zeros((1, 3, 8, 8), np.float32)})["y"].shape == (1, 8, 4, 4)
+
+
+def test_dispatch_info_without_arguments_lists_every_family():
+    from pplpy.common.isa import supported_isas
+    from pplpy.engines.x86.impls.dispatch import dispatch_info
+
+    info = dispatch_info()
+    assert {"conv_fp32", "eltwise_fp32", "gemm_fp32"} <= set(info)
+    assert set(info.values()) == {supported_isas()[0]}
+    assert set(dispatch_info(max_isa="sse").values()) == {"sse"}

@@ -375,6 +375,21 @@ def test_demo_dump_graph_shows_blocked_formats(capsys):
 # -- as a process ----------------------------------------------------------------------------
 
 
+def test_dump_graph_after_a_named_pass_and_fusion_switch(capsys):
+    status, out, _ = run_cli(capsys, "--dump-graph", "select_formats")
+    assert status == 0
+    assert "graph after pass select_formats:" in out
+    before_fusion = out.split("graph after pass select_formats:")[1]
+    assert "Relu" in before_fusion  # the demo's activations are still nodes here
+    status, out, _ = run_cli(capsys, "--dump-graph")
+    final = out.split("graph after the x86 engine:")[1]
+    assert "post-ops  relu(0, 0)" in final
+    status, out, _ = run_cli(capsys, "--dump-graph", "--disable-fusion")
+    assert "fusion: off" in out and "post-ops" not in out
+    status, _, err = run_cli(capsys, "--dump-graph", "no_such_pass")
+    assert status == 2 and "unknown pass 'no_such_pass'" in err
+
+
 def _run_process(args, cwd):
     env = dict(os.environ, PYTHONPATH=PPLPY_ROOT)
     env.pop("PPLPY_MAX_ISA", None)

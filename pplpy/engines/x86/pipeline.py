@@ -34,6 +34,7 @@ class EngineState:
     shapes: dict = field(default_factory=dict)  # value -> build-time dims (probe values)
     log: list = field(default_factory=list)  # (pass name, summary)
     released: dict = field(default_factory=dict)  # constant -> bytes dropped after packing
+    rewrites: int = 0  # changes the graph rewrites made
 
 
 def create_op_contexts(state):
@@ -95,8 +96,14 @@ def graph_rewrites(state):
     pm = state.pass_manager
     start = len(pm.log)
     pm.run(state.graph, PassContext(evaluate=state.engine.evaluate))
-    changed = sum(changes for _, changes in pm.log[start:])
-    return f"{changed} changes, {before} -> {len(state.graph)} nodes"
+    state.rewrites = sum(changes for _, changes in pm.log[start:])
+    return f"{state.rewrites} changes, {before} -> {len(state.graph)} nodes"
+
+
+def infer_after_rewrites(state):
+    """Rewrites changed the graph: refresh the value records (nothing to do if they did
+    not)."""
+    return infer(state) if state.rewrites else "unchanged"
 
 
 def select_formats(state):
@@ -157,8 +164,7 @@ PIPELINE = (
     # Inference first: a model with inconsistent shapes fails before any work is done.
     ("infer", infer),
     ("graph_rewrites", graph_rewrites),
-    # Rewrites changed the graph: refresh the value records.
-    ("infer_after_rewrites", infer),
+    ("infer_after_rewrites", infer_after_rewrites),
     ("select_formats", select_formats),
     # After formats: fusion only joins nodes whose formats already agree.
     ("fuse_post_ops", fuse),
