@@ -67,8 +67,7 @@ class VersionedRegistry:
     def entries_of(self, domain, op_type):
         """The resolved entries of one op, oldest first."""
         key = (normalize_domain(domain), op_type)
-        return [VersionedEntry(key[0], op_type, f, l, v)
-                for f, l, v in _resolve(self._entries.get(key, ()))]
+        return [VersionedEntry(key[0], op_type, f, l, v) for f, l, v in self._resolved.get(key, ())]
 
     def has(self, domain, op_type):
         return (normalize_domain(domain), op_type) in self._entries
