@@ -26,6 +26,7 @@ from pplpy.params.onnx.normalization_param import (
     SoftmaxParam,
 )
 from pplpy.params.onnx.pooling_param import AveragePoolParam, MaxPoolParam
+from pplpy.params.onnx.reduce_param import ArgReduceParam, CumSumParam, ReduceAxesInputParam, ReduceParam  # noqa: F401,E501
 from pplpy.params.onnx.shape_param import (
     ConcatParam,
     FlattenParam,
