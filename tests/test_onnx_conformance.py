@@ -58,6 +58,16 @@ EXCLUDES = {
                  "local_window_ext_cache_float16_mask")},
     **{f"test_einsum_{v}_bfloat16": "bfloat16 is no pplpy element type"
        for v in ("batch_matmul", "sum", "transpose")},
+    **{f"test_{op}_{t}": "float8/int4/int2/float4 element types are no pplpy types"
+       for op in ("quantizelinear", "dequantizelinear")
+       for t in ("e4m3fn", "e5m2", "uint4", "int4", "uint2", "int2", "float4e2m1")},
+    "test_dequantizelinear_e4m3fn_float16": "float8 and float16 are no pplpy math types",
+    "test_dequantizelinear_e4m3fn_zero_point": "float8 is no pplpy element type",
+    "test_dequantizelinear_blocked": "blocked (block_size) quantization is not supported",
+    "test_quantizelinear_blocked_asymmetric": "blocked (block_size) quantization is not "
+                                              "supported",
+    "test_quantizelinear_blocked_symmetric": "blocked (block_size) quantization is not "
+                                             "supported",
     "test_einsum_scalar": "a 0-d feed reaches the plan as 1-d (np.ascontiguousarray in "
                           "runtime._check_feeds); Einsum then rejects the '->' rank",
 }
