@@ -72,6 +72,17 @@ EXCLUDES = {
                           "runtime._check_feeds); Einsum then rejects the '->' rank",
 }
 
+# case name -> why its values are not compared: the reference draws them at random (ONNX
+# fixes the distribution, not the generator), so only the dtype, the shape and the values'
+# range are checked.
+SHAPE_ONLY = {
+    **{name: "Bernoulli's values are random; checked: dtype, shape, values in {0, 1}"
+       for name in ("test_bernoulli", "test_bernoulli_double", "test_bernoulli_seed")},
+    **{f"{name}_expanded": "RandomUniformLike's values are random; checked: dtype, shape, "
+                           "values in {0, 1}"
+       for name in ("test_bernoulli", "test_bernoulli_double", "test_bernoulli_seed")},
+}
+
 
 def _supported(model):
     opsets = {normalize_domain(o.domain): o.version for o in model.opset_import}
@@ -123,5 +134,8 @@ def test_conformance(case, isa, tmp_path):
             want = np.asarray(want)
             assert got.dtype == want.dtype, name
             assert got.shape == want.shape, name
+            if case.name in SHAPE_ONLY:
+                assert np.isin(got, [0, 1]).all(), name
+                continue
             np.testing.assert_allclose(got, want, rtol=case.rtol, atol=max(case.atol, 1e-6),
                                        err_msg=f"{case.name}: output {name}")
