@@ -100,7 +100,7 @@ class VersionedRegistry:
         """The resolved entries of one op, oldest first."""
         key = (normalize_domain(domain), op_type)
         return [VersionedEntry(key[0], op_type, f, l, v, p)
-                for f, l, v, p in _resolve(self._entries.get(key, ()))]
+                for f, l, v, p in self._resolved.get(key, ())]
 
     def has(self, domain, op_type):
         return (normalize_domain(domain), op_type) in self._entries

@@ -57,7 +57,7 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
     """Fill ``known`` (value name -> dims tuple) for every node output; returns it.
 
     ``values`` maps value names to known numpy values (constants, value-deciding feeds); with
-    ``evaluate(node, inputs) -> outputs`` and ``types``, host-evaluable nodes are computed,
+    ``evaluate(node, inputs, in_shapes, in_types) -> outputs`` and ``types``, host-evaluable nodes are computed,
     their outputs added to ``values`` and the nodes added to the set ``host``.  With
     ``partial`` (build time, from probe dims) a node whose shape cannot be inferred gets
     unknown (absent) output shapes instead of an error, unless ``strict``: then only a value
@@ -67,10 +67,12 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
     """
     for node in nodes:
         op = ops[node]
-        in_shapes = [known.get(name) if name else None for name in node.inputs]
-        in_values = [values.get(name) if name else None for name in node.inputs]
-        if partial and any(s is None for s, n in zip(in_shapes, node.inputs) if n):
+        inputs = node.inputs
+        in_shapes = [known.get(name) if name else None for name in inputs]
+        if partial and None in in_shapes and any(
+                s is None for s, n in zip(in_shapes, inputs) if n):
             continue
+        in_values = [values.get(name) if name else None for name in inputs]
         try:
             out_shapes = op.infer_shape(in_shapes, in_values)
         except ValueRequired as exc:
@@ -88,12 +90,14 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
             if partial and not strict:
                 continue
             raise op.shape_error(str(exc), in_shapes) from exc
-        if len(out_shapes) < len([o for o in node.outputs if o]):
+        outputs = node.outputs
+        if len(out_shapes) < len(outputs) and len(out_shapes) < len([o for o in outputs if o]):
             raise ShapeError(f"{node.describe()}: shape inference gave {len(out_shapes)} "
-                             f"shapes for {len(node.outputs)} outputs")
-        for name, dims in zip(node.outputs, out_shapes):
+                             f"shapes for {len(outputs)} outputs")
+        for name, dims in zip(outputs, out_shapes):
             if name:
-                dims = tuple(int(d) for d in dims)
+                if type(dims) is not tuple or not all(type(d) is int for d in dims):
+                    dims = tuple(int(d) for d in dims)
                 if any(d < 0 for d in dims):
                     if partial and not strict:
                         break
@@ -101,7 +105,8 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
                                          in_shapes)
                 known[name] = dims
         if evaluate is not None and host_evaluable(node, op, types, known, values):
-            outputs = evaluate(node, in_values, in_shapes)
+            outputs = evaluate(node, in_values, in_shapes,
+                               [types.get(name) if name else None for name in inputs])
             for name, value in zip(node.outputs, outputs):
                 if name:
                     values[name] = value
