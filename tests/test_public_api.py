@@ -250,7 +250,8 @@ def test_input_errors(save_model):
     with pytest.raises(pplpy.InputError,
                        match=r'input "x": expected float32 \[1,3,8,8\], got float16'):
         rt.run({"x": x.astype(np.float16)})
-    with pytest.raises(pplpy.InputError, match="expected shape"):
+    with pytest.raises(pplpy.InputError, match=r'input "x": expected rank 4 shape \[1,3,8,8\], '
+                                               r"got rank 3 shape \[1, 3, 8\]"):
         rt.run({"x": np.zeros((1, 3, 8), np.float32)})
     with pytest.raises(pplpy.InputError, match="expected shape"):
         rt.run({"x": np.zeros((2, 3, 8, 8), np.float32)})

@@ -291,7 +291,8 @@ def _error_cases(tmp_path, small_model, save_model):
         "missing model": (["--onnx-model", tmp_path / "nope.onnx"], "does not exist"),
         "garbage model": (["--onnx-model", garbage], "not a readable ONNX model"),
         "unsupported op": (["--onnx-model", unsupported],
-                           'node "frob" (com.nowhere::Frobnicate, opset 3)'),
+                           'com.nowhere::Frobnicate opset 3: 1 node(s) ("frob"): op not '
+                           'supported'),
         "letters in shape": (m + ["--in-shapes", "1_x_4,2_5"], "'1_x_4' is not a shape"),
         "empty shape": (m + ["--in-shapes", ""], "'' is not a shape"),
         "double underscore": (m + ["--in-shapes", "1__4,2_5"], "'1__4' is not a shape"),
