@@ -123,6 +123,7 @@ class DoubleOp(X86OptKernel):
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     infer_shape = same_shape_as_input
     select_format = follow_input_format
+    keeps_padding_finite = True  # 2 * 0 = 0: a plugin op may take N16CX only if it says so
 
     def create_kernel(self):
         return DoubleKernel(self)
