@@ -187,10 +187,32 @@ def node_names(onnx_graph):
     return names
 
 
+def _check_text(onnx_graph):
+    """Names, op types and domains are text (protobuf hands back bytes for invalid UTF-8)."""
+    def check(value, what):
+        if not isinstance(value, str):
+            raise ModelError(f"{what} {value!r} is not valid UTF-8 text")
+
+    for index, node in enumerate(onnx_graph.node):
+        what = f"node {index} ({node.op_type!r}):"
+        check(node.name, f"{what} name")
+        check(node.op_type, f"{what} op type")
+        check(node.domain, f"{what} domain")
+        for name in [*node.input, *node.output]:
+            check(name, f"{what} value name")
+        for attr in node.attribute:
+            check(attr.name, f"{what} attribute name")
+    for vi in [*onnx_graph.input, *onnx_graph.output, *onnx_graph.value_info]:
+        check(vi.name, "value name")
+    for init in onnx_graph.initializer:
+        check(init.name, "initializer name")
+
+
 def validate_graph(onnx_graph, names):
     """Structure checks before anything is built; each failure is a ModelError naming the
     node, op and value: no nodes, no outputs, duplicate inputs, a value produced twice, a node
     input or graph output nothing produces (cycles are found by the topological sort)."""
+    _check_text(onnx_graph)
     if len(onnx_graph.node) == 0:
         raise ModelError(f'graph "{onnx_graph.name}" has no nodes: there is nothing to run '
                          f"(is the file an ONNX model?)")
@@ -247,6 +269,7 @@ def parse_model(model, cast_to_float32=False):
     unless ``cast_to_float32`` (then they become float32).
     """
     onnx_graph = model.graph
+    _check_text(onnx_graph)
     names = node_names(onnx_graph)
     validate_graph(onnx_graph, names)
     if cast_to_float32:

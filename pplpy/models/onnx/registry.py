@@ -56,6 +56,11 @@ class ParserEntry:
             if self.parse is not None:
                 param = self.parse(node_proto, opset)
             elif self.param_cls is None:
+                if node_proto.attribute:
+                    names = sorted(a.name for a in node_proto.attribute)
+                    raise ModelError(
+                        f'node "{name}" ({self.domain or "ai.onnx"}::{self.op_type}): '
+                        f"attribute(s) {names} are not supported by pplpy; this op takes none")
                 return None
             else:
                 param = generic_parse(self.param_cls, node_proto)
