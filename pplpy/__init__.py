@@ -23,15 +23,22 @@ from pplpy.errors import (
     UnsupportedOpError,
 )
 from pplpy.runtime import Runtime, RuntimeBuilder, Tensor
-from pplpy.session import InferenceSession, NodeArg, SessionOptions
+from pplpy.session import (
+    ExecutionMode,
+    GraphOptimizationLevel,
+    InferenceSession,
+    NodeArg,
+    SessionOptions,
+    get_available_providers,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DataFormat", "DataType", "InferenceSession", "InputError", "InternalError", "ModelError",
+    "DataFormat", "DataType", "ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "InputError", "InternalError", "ModelError",
     "NodeArg", "PluginError", "PplError", "RegistryError", "Runtime", "RuntimeBuilder",
     "SessionOptions", "ShapeError", "Tensor", "TensorShape", "UnsupportedOpError", "X86Engine",
-    "load",
+    "get_available_providers", "load",
 ]
 
 

@@ -37,7 +37,7 @@ from pplpy.plugins import PluginWarning
 from pplpy.runtime.builder import RuntimeBuilder
 
 __all__ = ["ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "NodeArg",
-           "SessionOptions"]
+           "SessionOptions", "get_available_providers"]
 
 PROVIDERS = ("CPUExecutionProvider",)
 
@@ -126,6 +126,11 @@ def _node_arg(name, data_type, dims):
     shape = None if dims is None else [
         d if isinstance(d, str) else (int(d) if isinstance(d, int) else None) for d in dims]
     return NodeArg(name, shape, _TYPE_STRINGS.get(data_type, f"tensor({data_type})"))
+
+
+def get_available_providers():
+    """As onnxruntime.get_available_providers(): pplpy runs on the CPU."""
+    return list(PROVIDERS)
 
 
 def _check_providers(providers):
