@@ -82,9 +82,12 @@ class VersionedRegistry:
                     f"{a_first}-{a_last} ({_name(a)}); register a later 'since', or remove the "
                     f"other registration"
                 )
-        for old in _resolve(entries):
-            if any(old[2] is r[2] for r in replaced):
-                self._overridden.append(VersionedEntry(domain, op_type, *old))
+        if override:
+            (new_first, new_last), = [(f, l) for f, l, v, _ in ranges if v is value]
+            for first, last, old, who in _resolve(entries):
+                if who != provider and first <= new_last and new_first <= last:
+                    self._overridden.append(VersionedEntry(
+                        domain, op_type, max(first, new_first), min(last, new_last), old, who))
         entries[:] = candidate
         self._resolved[(domain, op_type)] = ranges
 
