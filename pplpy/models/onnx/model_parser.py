@@ -25,8 +25,8 @@ from pplpy.models.onnx.registry import find_parser, normalize_domain
 # element size); the runtime applies the same limit to every value a plan holds.
 MAX_TENSOR_BYTES = 1 << 40
 
-# Element types pplpy does not compute in: refused at load (naming the tensor) unless the
-# caller asks for cast_to_float32.
+# Element types pplpy does not compute in: cast to float32 at load when the caller asks for
+# cast_to_float32; otherwise the engine refuses the nodes that would compute in them.
 FLOAT_TYPES_TO_CAST = (onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 
 
@@ -166,15 +166,6 @@ def _type_name(elem_type):
         return str(elem_type)
 
 
-def _refuse_float(kind, name, elem_type):
-    type_name = onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
-    return ModelError(
-        f'{kind} "{name}" is {type_name}, but pplpy computes in float32 and does not convert '
-        f"silently; convert the model to float32, or load it with cast_to_float32=True "
-        f"(pplnn --cast-to-float32) to cast every {type_name} tensor at load"
-    )
-
-
 def node_names(onnx_graph):
     """The name pplpy gives each NodeProto: its own, or ``<op_type>_<index>``; unique."""
     names, used = [], set()
@@ -265,8 +256,9 @@ def parse_model(model, cast_to_float32=False):
 
     Returns ``(graph, unparsed)`` where ``unparsed`` lists the Nodes no parser covers (their
     ``param`` is None); the caller reports them with the engine's own unsupported nodes in
-    one UnsupportedOpError.  float64 / float16 inputs and initializers are a ModelError
-    unless ``cast_to_float32`` (then they become float32).
+    one UnsupportedOpError.  With ``cast_to_float32`` float64 / float16 inputs and
+    initializers become float32; otherwise a node that would compute in those types is
+    refused by the engine's type check (data movement on them is fine).
     """
     onnx_graph = model.graph
     _check_text(onnx_graph)
@@ -282,8 +274,6 @@ def parse_model(model, cast_to_float32=False):
         opsets[normalize_domain(o.domain)] = o.version
     graph = Graph(name=onnx_graph.name or "graph", opsets=opsets)
     for init in onnx_graph.initializer:
-        if init.data_type in FLOAT_TYPES_TO_CAST:
-            raise _refuse_float("initializer", init.name, init.data_type)
         _tensor_dims(init, f'initializer "{init.name}"')
         try:
             graph.constants[init.name] = numpy_helper.to_array(init)
@@ -306,8 +296,6 @@ def parse_model(model, cast_to_float32=False):
             continue  # an initializer listed as input: a default that pplpy treats as constant
         info = _value_info(vi, "input")
         elem_type = vi.type.tensor_type.elem_type
-        if elem_type in FLOAT_TYPES_TO_CAST:
-            raise _refuse_float("input", vi.name, elem_type)
         if info.data_type is None:
             raise ModelError(f'input "{vi.name}": element type {_type_name(elem_type)} is not '
                              f"supported by pplpy")
