@@ -173,8 +173,6 @@ def test_rule_5_errors_name_the_node():
     assert info.value.node == "crashy" and isinstance(info.value.__cause__, LookupError)
 
 
-@pytest.mark.xfail(strict=True, reason="rebinding ctx.outputs[i] is not detected yet: needs a "
-                   "check after do_execute in pplpy/engines/x86/ops/kernel.py")
 def test_rule_6_rebinding_an_output_is_detected():
     rt = load([helper.make_node("Rebind", ["x"], ["y"], name="rebind")], [("x", FLOAT, [2])])
     with pytest.raises(pplpy.PluginError, match="rebind"):
