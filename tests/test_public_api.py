@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx_builders import FLOAT, INT64, ISAS, make_model
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
@@ -303,3 +303,25 @@ def test_dispatch_info_without_arguments_lists_every_family():
     assert {"conv_fp32", "eltwise_fp32", "gemm_fp32"} <= set(info)
     assert set(info.values()) == {supported_isas()[0]}
     assert set(dispatch_info(max_isa="sse").values()) == {"sse"}
+
+
+def test_initializers_listed_as_inputs_are_overridable_defaults(save_model):
+    """ONNX IR: an initializer that is also a graph input is a default a feed may override;
+    the common unfed case keeps it constant (folded, packed)."""
+    w = np.arange(3, dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    rt = pplpy.load(save_model(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 13)])))
+    x = np.ones(3, np.float32)
+    assert rt.input_names == ["x"]
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], x + w)
+    np.testing.assert_array_equal(rt.run({"x": x, "w": np.full(3, 10, np.float32)})["y"],
+                                  [11, 11, 11])
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], x + w)
+    with pytest.raises(pplpy.InputError):
+        rt.run({"x": x, "w": np.ones(4, np.float32)})

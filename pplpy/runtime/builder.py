@@ -8,6 +8,8 @@ Every failure is a PplError: a Python exception from inside (a plugin's shape fu
 MemoryError while folding constants) is wrapped by ``pplpy.errors.guard``.
 """
 
+import threading
+
 import numpy as np
 
 from pplpy.engines.x86.engine import X86Engine
@@ -40,6 +42,9 @@ class RuntimeBuilder:
             self.pass_manager = PassManager(DEFAULT_PIPELINE if pipeline is None else pipeline)
             self.result = self.engine.process(graph, dims, self.pass_manager, on_pass)
         self.graph = graph
+        self._rebuild = None  # from_onnx: builds the variant with overridable initializers
+        self._override = None
+        self._override_lock = threading.Lock()
 
     @classmethod
     def from_onnx(cls, path, engines=None, in_shapes=None, pipeline=None,
@@ -49,15 +54,38 @@ class RuntimeBuilder:
         ``in_shapes`` fixes free input dims at load (a dict name -> dims, or a list in input
         order); inputs left free stay symbolic and each new shape a run feeds gets its own
         cached plan.  ``on_pass(name, state)`` is called after each engine pass (used by
-        ``pplnn --dump-graph``).  float64 / float16 inputs and weights are a ModelError
-        unless ``cast_to_float32=True``, which casts them to float32 at load (inputs are
-        then fed as float32).
+        ``pplnn --dump-graph``).  ``cast_to_float32=True`` casts float64 / float16 inputs and
+        weights to float32 at load (inputs are then fed as float32); otherwise math on them
+        is an UnsupportedOpError.  Initializers the model also lists as inputs are defaults
+        that a feed may override (see ``override_builder``).
         """
         load_plugins()
         with guard("reading the model", memory_error=ModelError):
             graph, unparsed = parse_model(load_model_proto(path), cast_to_float32)
-        return cls(graph, unparsed, engines=engines, in_shapes=in_shapes, pipeline=pipeline,
-                   plan_cache_size=plan_cache_size, on_pass=on_pass)
+        builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, pipeline=pipeline,
+                      plan_cache_size=plan_cache_size, on_pass=on_pass)
+        if graph.overridable:
+
+            def rebuild():
+                with guard("reading the model", memory_error=ModelError):
+                    variant, skipped = parse_model(load_model_proto(path), cast_to_float32,
+                                                   override_initializers=True)
+                return cls(variant, skipped, engines=engines, in_shapes=in_shapes,
+                           pipeline=pipeline, plan_cache_size=plan_cache_size)
+
+            builder._rebuild = rebuild
+        return builder
+
+    def override_builder(self):
+        """The builder of this model with its overridable initializers (initializers that are
+        also graph inputs) built as inputs, made on first use: a run that feeds one of them
+        runs there, without the folding and packing those values allow as constants."""
+        if self._rebuild is None:
+            return None
+        with self._override_lock:
+            if self._override is None:
+                self._override = self._rebuild()
+            return self._override
 
     @property
     def plan(self):
@@ -65,7 +93,8 @@ class RuntimeBuilder:
         return self.result
 
     def create_runtime(self):
-        return Runtime(self.result, self.plan_cache_size)
+        override = self.override_builder if self._rebuild is not None else None
+        return Runtime(self.result, self.plan_cache_size, override)
 
 
 def _check_supported(graph, unparsed, engine):

@@ -30,7 +30,7 @@ DEFAULT_PLAN_CACHE_SIZE = 8
 
 
 class Runtime:
-    def __init__(self, result, plan_cache_size=DEFAULT_PLAN_CACHE_SIZE):
+    def __init__(self, result, plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, override=None):
         if int(plan_cache_size) < 1:
             raise PplError(f"plan_cache_size must be >= 1, got {plan_cache_size}")
         self._result = result
@@ -42,6 +42,11 @@ class Runtime:
         self._plans = OrderedDict()  # signature -> ExecutionPlan
         self._last = None
         self._lock = threading.Lock()
+        # Initializers the model also lists as inputs: a feed may override them, in a
+        # runtime of the builder's override variant (made on first use).
+        self._overridable = dict(result.graph.overridable) if override is not None else {}
+        self._override_builder = override
+        self._override_runtime = None
         self.plan_misses = 0
         # Feeds whose values decide shapes (a Reshape's shape given as a model input): their
         # values join the signature, so a new value makes a new plan.
@@ -117,7 +122,10 @@ class Runtime:
 
     def run(self, feeds, output_names=None):
         """Run the model.  ``feeds`` maps input name -> numpy array; returns name -> array
-        (only ``output_names``, in that order, when given)."""
+        (only ``output_names``, in that order, when given).  Initializers the model also
+        lists as inputs may be fed too, overriding their values."""
+        if isinstance(feeds, Mapping) and any(name in self._overridable for name in feeds):
+            return self._run_overriding(feeds, output_names)
         arrays = self._check_feeds(feeds)
         wanted = self._check_output_names(output_names)
         signature = tuple(a.shape for a in arrays.values()) + tuple(
@@ -140,6 +148,15 @@ class Runtime:
             return {name: outputs[name] for name in wanted}
         return outputs
 
+    def _run_overriding(self, feeds, output_names):
+        with self._lock:
+            if self._override_runtime is None:
+                self._override_runtime = self._override_builder().create_runtime()
+        runtime = self._override_runtime
+        full = dict(runtime._result.graph.defaults)
+        full.update(feeds)
+        return runtime.run(full, output_names)
+
     def _check_output_names(self, output_names):
         if output_names is None:
             return None
@@ -157,7 +174,8 @@ class Runtime:
             raise InputError(f"run() takes a dict of input name -> numpy array, got "
                              f"{type(feeds).__name__}")
         expected = self.input_names
-        unknown = [name for name in feeds if name not in expected]
+        unknown = [name for name in feeds if name not in expected
+                   and name not in self._overridable]
         missing = [name for name in expected if name not in feeds]
         if unknown or missing:
             parts = []

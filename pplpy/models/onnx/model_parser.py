@@ -251,12 +251,13 @@ def validate_graph(onnx_graph, names):
         seen_outputs.add(vi.name)
 
 
-def parse_model(model, cast_to_float32=False):
+def parse_model(model, cast_to_float32=False, override_initializers=False):
     """Turn a ModelProto into a Graph, after ``validate_graph``.
 
     Returns ``(graph, unparsed)`` where ``unparsed`` lists the Nodes no parser covers (their
     ``param`` is None); the caller reports them with the engine's own unsupported nodes in
-    one UnsupportedOpError.  With ``cast_to_float32`` float64 / float16 inputs and
+    one UnsupportedOpError.  Initializers the model also lists as inputs are constants, or
+    with ``override_initializers`` inputs whose default is the initializer.  With ``cast_to_float32`` float64 / float16 inputs and
     initializers become float32; otherwise a node that would compute in those types is
     refused by the engine's type check (data movement on them is fine).
     """
@@ -293,8 +294,19 @@ def parse_model(model, cast_to_float32=False):
                              f"{exc}") from exc
     for vi in onnx_graph.input:
         if vi.name in graph.constants:
-            continue  # an initializer listed as input: a default that pplpy treats as constant
-        info = _value_info(vi, "input")
+            # An initializer listed as input is a default a feed may override (ONNX IR).
+            # Built as a constant unless ``override_initializers``: then it is an input and
+            # its initializer the default.
+            info = _value_info(vi, "input")
+            graph.overridable[vi.name] = info
+            if not override_initializers:
+                continue
+            graph.defaults[vi.name] = graph.constants[vi.name]
+            if info.dims is None:
+                info.dims = tuple(graph.defaults[vi.name].shape)
+            del graph.constants[vi.name]
+        else:
+            info = _value_info(vi, "input")
         elem_type = vi.type.tensor_type.elem_type
         if info.data_type is None:
             raise ModelError(f'input "{vi.name}": element type {_type_name(elem_type)} is not '
