@@ -9,6 +9,21 @@ from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam
 from pplpy.params.onnx.conv_param import ConvParam
 from pplpy.params.onnx.gemm_param import GemmParam
 from pplpy.params.onnx.indexing_param import GatherParam, ShapeParam, SliceParam, SqueezeParam
+from pplpy.params.onnx.movement_param import (
+    CastParam,
+    DepthToSpaceParam,
+    EyeLikeParam,
+    GatherElementsParam,
+    GatherNDParam,
+    OneHotParam,
+    PadParam,
+    RangeParam,
+    ReverseSequenceParam,
+    ScatterParam,
+    SplitParam,
+    TopKParam,
+    TriluParam,
+)
 from pplpy.params.onnx.normalization_param import (
     BatchNormalizationParam,
     LRNParam,
@@ -30,4 +45,7 @@ __all__ = [
     "GatherParam", "GemmParam", "LRNParam", "LeakyReluParam", "MaxPoolParam", "ReshapeParam",
     "ShapeParam", "SliceParam", "SoftmaxParam", "SqueezeParam", "TensorValue", "TransposeParam",
     "UnsqueezeParam",
+    "CastParam", "DepthToSpaceParam", "EyeLikeParam", "GatherElementsParam", "GatherNDParam",
+    "OneHotParam", "PadParam", "RangeParam", "ReverseSequenceParam", "ScatterParam",
+    "SplitParam", "TopKParam", "TriluParam",
 ]
