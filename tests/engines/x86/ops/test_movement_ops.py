@@ -89,7 +89,7 @@ def cases():
     yield "cast_bool_to_float", [node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], {"x": b}, ["y"], [], 13
     yield "cast_int64_to_int32", [node("Cast", ["x"], ["y"], to=TensorProto.INT32)], {"x": random_array((3, 4), np.int64)}, ["y"], [], 13
     yield "cast_big", [node("Cast", ["x"], ["y"], to=TensorProto.INT32)], {"x": big * 100}, ["y"], [], 13
-    yield "castlike", [node("CastLike", ["x", "t"], ["y"])], {"x": i32}, ["y"], [("t", np.zeros(1, np.float64))], 15
+    yield "castlike", [node("CastLike", ["x", "t"], ["y"])], {"x": i32}, ["y"], [("t", np.zeros(1, np.int64))], 15
     yield "onehot", [node("OneHot", ["i", "d", "v"], ["y"], axis=1)], {"i": np.array([[0, 2, -1], [5, 1, 3]], np.int64)}, ["y"], [("d", np.array(4, np.int64)), ("v", np.array([0.5, 3.0], np.float32))], 11
     yield "onehot_float_indices", [node("OneHot", ["i", "d", "v"], ["y"])], {"i": np.array([0.0, 2.0, 1.0], np.float32)}, ["y"], [("d", np.array(3.0, np.float32)), ("v", np.array([0, 1], np.int32))], 11
     for upper in (0, 1):
