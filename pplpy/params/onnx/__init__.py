@@ -20,6 +20,21 @@ from pplpy.params.onnx.layer_norm_param import (
     MeanVarianceNormalizationParam,
     RMSNormalizationParam,
 )
+from pplpy.params.onnx.movement_param import (
+    CastParam,
+    DepthToSpaceParam,
+    EyeLikeParam,
+    GatherElementsParam,
+    GatherNDParam,
+    OneHotParam,
+    PadParam,
+    RangeParam,
+    ReverseSequenceParam,
+    ScatterParam,
+    SplitParam,
+    TopKParam,
+    TriluParam,
+)
 from pplpy.params.onnx.normalization_param import (
     BatchNormalizationParam,
     LRNParam,
@@ -45,4 +60,7 @@ __all__ = [
     "CoercedAxisParam", "GroupNormalizationParam", "HardmaxParam", "InstanceNormalizationParam",
     "LayerNormalizationParam", "LogSoftmaxParam", "LpNormalizationParam",
     "MeanVarianceNormalizationParam", "RMSNormalizationParam",
+    "CastParam", "DepthToSpaceParam", "EyeLikeParam", "GatherElementsParam", "GatherNDParam",
+    "OneHotParam", "PadParam", "RangeParam", "ReverseSequenceParam", "ScatterParam",
+    "SplitParam", "TopKParam", "TriluParam",
 ]
