@@ -57,17 +57,6 @@ EXCLUDES.update({
     for name in (c.name for c in ALL_CASES if c.kind == "node")
     if name.startswith(("test_cast_", "test_castlike_")) and any(t in name for t in _NO_SUCH_TYPE)
 })
-# pplpy refuses float16 / float64 model inputs unless loaded with cast_to_float32 (which would
-# change what these cases test).
-_WIDE_OR_HALF_INPUT = "float16 / float64 model inputs are refused at load (cast_to_float32)"
-EXCLUDES.update({
-    **{f"test_cast_{v}": _WIDE_OR_HALF_INPUT for v in (
-        "FLOAT16_to_FLOAT", "FLOAT16_to_DOUBLE", "DOUBLE_to_FLOAT", "DOUBLE_to_FLOAT16")},
-    **{f"test_castlike_{v}{e}": _WIDE_OR_HALF_INPUT for e in ("", "_expanded") for v in (
-        "FLOAT_to_FLOAT16", "FLOAT_to_DOUBLE", "FLOAT16_to_FLOAT", "FLOAT16_to_DOUBLE",
-        "DOUBLE_to_FLOAT", "DOUBLE_to_FLOAT16")},
-    "test_range_float16_type_positive_delta": _WIDE_OR_HALF_INPUT,
-})
 EXCLUDES.update({
     "test_onehot_with_bfloat16_values": "bfloat16 tensors are not supported",
     "test_range_bfloat16_type_positive_delta": "bfloat16 tensors are not supported",
