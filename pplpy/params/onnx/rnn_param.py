@@ -1,13 +1,16 @@
 """Attributes of the recurrent ops RNN, GRU and LSTM (opset 7 on; ``layout`` from 14)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
 class RNNParam:
     hidden_size: int | None = None      # optional in the spec: R's last dim
     direction: str = "forward"          # forward | reverse | bidirectional
-    activations: tuple = ()             # () means the op's defaults, per direction
+    # () means the op's default (Tanh) for each direction.  The schema's default is
+    # ["Tanh", "Tanh"], the bidirectional list even for one direction, which would read as
+    # two activations for a forward RNN: a factory keeps the schema check off this field.
+    activations: tuple = field(default_factory=tuple)
     activation_alpha: tuple = ()
     activation_beta: tuple = ()
     clip: float | None = None

@@ -188,8 +188,6 @@ class _RecurrentOp(X86OptKernel):
                                    f"bidirectional")
         dirs, slots = self.num_directions, len(self.default_activations)
         names = list(p.activations) or list(self.default_activations) * dirs
-        if len(names) == slots and dirs == 2:
-            names = names * 2  # one list for both directions
         if len(names) != slots * dirs:
             raise self.unsupported(f"{len(names)} activations {list(names)}: {self.kind} "
                                    f"{p.direction} takes {slots * dirs}")
