@@ -42,6 +42,7 @@ from pplpy.params.onnx.normalization_param import (
 )
 from pplpy.params.onnx.pooling_param import AveragePoolParam, MaxPoolParam
 from pplpy.params.onnx.reduce_param import ArgReduceParam, CumSumParam, ReduceAxesInputParam, ReduceParam  # noqa: F401,E501
+from pplpy.params.onnx.rnn_param import GRUParam, LSTMParam, RNNParam  # noqa: F401
 from pplpy.params.onnx.shape_param import (
     ConcatParam,
     FlattenParam,
