@@ -189,16 +189,37 @@ def test_unsupported_op_error_lists_every_node(save_model):
     with pytest.raises(pplpy.UnsupportedOpError) as info:
         pplpy.load(save_model(model))
     message = str(info.value)
-    assert 'node "erf_node" (ai.onnx::Erf, opset 13)' in message
-    assert 'node "frob" (com.example::Frobnicate, opset 3)' in message
+    assert 'ai.onnx::Erf opset 13: 1 node(s) ("erf_node"): op not supported' in message
+    assert 'com.example::Frobnicate opset 3: 1 node(s) ("frob"): op not supported' in message
     assert [n[0] for n in info.value.nodes] == ["erf_node", "frob"]
 
 
-def test_unsupported_type_is_reported(save_model):
+def test_unsupported_ops_are_grouped_with_counts_and_say_what_is_missing(save_model):
+    nodes = [helper.make_node("Neg", [f"t{i}"], [f"t{i + 1}"], name=f"neg{i}")
+             for i in range(500)]
+    nodes.append(helper.make_node("Relu", ["t500"], ["y"], name="relu_at_5"))
+    model = make_model(nodes, [("t0", FLOAT, [4])], [("y", FLOAT, None)], opset=5)
+    with pytest.raises(pplpy.UnsupportedOpError) as info:
+        pplpy.load(save_model(model))
+    lines = str(info.value).splitlines()
+    assert len(lines) == 3, lines  # the header, one line per op: not 501 lines
+    assert 'ai.onnx::Neg opset 5: 500 node(s) ("neg0", "neg1", "neg2" and 497 more): op not ' \
+           'supported' in lines[1]
+    assert lines[2].startswith('  ai.onnx::Relu opset 5: 1 node(s) ("relu_at_5"): opset 5 not '
+                               'supported (supported opsets: 6-')
+    assert len(info.value.nodes) == 501
+
+
+def test_float64_is_refused_at_load_unless_cast(save_model):
     model = make_model([helper.make_node("Relu", ["x"], ["y"])],
                        [("x", onnx.TensorProto.DOUBLE, [4])], [("y", onnx.TensorProto.DOUBLE, None)])
-    with pytest.raises(pplpy.UnsupportedOpError, match="input type float64 is not supported"):
-        pplpy.load(save_model(model))
+    path = save_model(model)
+    with pytest.raises(pplpy.UnsupportedOpError,
+                       match='input "x" is float64.*cast_to_float32=True'):
+        pplpy.load(path)
+    rt = pplpy.load(path, cast_to_float32=True)
+    out = rt.run({"x": np.array([-1, 2, -3, 4], np.float32)})["y"]
+    np.testing.assert_array_equal(out, [0, 2, 0, 4])
 
 
 def test_shape_error_names_node_and_shapes(save_model):
@@ -230,7 +251,8 @@ def test_input_errors(save_model):
     with pytest.raises(pplpy.InputError,
                        match=r'input "x": expected float32 \[1,3,8,8\], got float16'):
         rt.run({"x": x.astype(np.float16)})
-    with pytest.raises(pplpy.InputError, match="expected shape"):
+    with pytest.raises(pplpy.InputError, match=r'input "x": expected rank 4 shape \[1,3,8,8\], '
+                                               r"got rank 3 shape \[1, 3, 8\]"):
         rt.run({"x": np.zeros((1, 3, 8), np.float32)})
     with pytest.raises(pplpy.InputError, match="expected shape"):
         rt.run({"x": np.zeros((2, 3, 8, 8), np.float32)})
