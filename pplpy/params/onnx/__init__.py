@@ -21,6 +21,21 @@ from pplpy.params.onnx.layer_norm_param import (
     MeanVarianceNormalizationParam,
     RMSNormalizationParam,
 )
+from pplpy.params.onnx.movement_param import (
+    CastParam,
+    DepthToSpaceParam,
+    EyeLikeParam,
+    GatherElementsParam,
+    GatherNDParam,
+    OneHotParam,
+    PadParam,
+    RangeParam,
+    ReverseSequenceParam,
+    ScatterParam,
+    SplitParam,
+    TopKParam,
+    TriluParam,
+)
 from pplpy.params.onnx.normalization_param import (
     BatchNormalizationParam,
     LRNParam,
@@ -46,4 +61,7 @@ __all__ = [
     "CoercedAxisParam", "GroupNormalizationParam", "HardmaxParam", "InstanceNormalizationParam",
     "LayerNormalizationParam", "LogSoftmaxParam", "LpNormalizationParam",
     "MeanVarianceNormalizationParam", "RMSNormalizationParam",
+    "CastParam", "DepthToSpaceParam", "EyeLikeParam", "GatherElementsParam", "GatherNDParam",
+    "OneHotParam", "PadParam", "RangeParam", "ReverseSequenceParam", "ScatterParam",
+    "SplitParam", "TopKParam", "TriluParam",
 ]
