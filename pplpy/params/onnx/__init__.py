@@ -7,6 +7,7 @@ fills them from a NodeProto and ``==`` / ``hash`` let passes compare nodes (CSE)
 from pplpy.params.onnx.activation_param import ClipParam, LeakyReluParam
 from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam, DropoutParam
 from pplpy.params.onnx.conv_param import ConvParam
+from pplpy.params.onnx.conv_transpose_param import ConvTransposeParam, LpPoolParam, MaxUnpoolParam  # noqa: F401,E501
 from pplpy.params.onnx.gemm_param import GemmParam
 from pplpy.params.onnx.indexing_param import GatherParam, ShapeParam, SliceParam, SqueezeParam
 from pplpy.params.onnx.layer_norm_param import (
