@@ -43,11 +43,8 @@ from pplpy.params.onnx.normalization_param import (
 )
 from pplpy.params.onnx.pooling_param import AveragePoolParam, MaxPoolParam
 from pplpy.params.onnx.reduce_param import ArgReduceParam, CumSumParam, ReduceAxesInputParam, ReduceParam  # noqa: F401,E501
-<<<<<<< HEAD
 from pplpy.params.onnx.rnn_param import GRUParam, LSTMParam, RNNParam  # noqa: F401
-=======
 from pplpy.params.onnx.resize_param import NonMaxSuppressionParam, Resize10Param, Resize18Param, ResizeParam, RoiAlign10Param, RoiAlignParam, UpsampleParam, Upsample9Param  # noqa: F401,E501
->>>>>>> resize
 from pplpy.params.onnx.shape_param import (
     ConcatParam,
     FlattenParam,
