@@ -202,6 +202,8 @@ class EinsumKernel(X86Kernel):
 class EinsumOp(X86OptKernel):
     """numpy.einsum over float32, float64, int32 or int64 operands; NDARRAY."""
 
+    supported_types = _TYPES  # float64 too: the direct step computes in it
+
     def infer_type(self, in_types):
         first = in_types[0]
         for index, data_type in enumerate(in_types):

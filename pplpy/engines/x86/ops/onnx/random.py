@@ -99,6 +99,7 @@ class _FromShape(_RandomOp):
 
 
 class _Like(_RandomOp):
+    supported_types = tuple(DataType)  # only the input's shape is read
     def infer_type(self, in_types):
         return [self._out_type(in_types[0])]
 
@@ -136,6 +137,7 @@ class BernoulliOp(_Like):
 
     kind = "bernoulli"
     allowed = _BERNOULLI_OUT
+    supported_types = _FLOATS  # float64 probabilities are read as they are
 
     def infer_type(self, in_types):
         if in_types[0] not in _FLOATS:
