@@ -101,18 +101,20 @@ PPL_ACT_INLINE ppl_vf ppl_clip(ppl_vf x, float lo, float hi) {
     return ppl_act_select(x > ppl_act_splat(hi), ppl_act_splat(hi), x);
 }
 
-/* exp(x), relative error < 2e-7 on [-87.33, 88.37]; 0 below, inf above, NaN for NaN. */
-PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) {
+/* exp(x), relative error < 2e-7 on [-87.33, 88.37]; 0 below, inf above, NaN for NaN.
+ * nonpos (a constant) promises x <= 0 or NaN, which saves the checks against the top. */
+PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) {
     const ppl_vf lo = ppl_act_splat(-87.336544f), hi = ppl_act_splat(88.376259f);
     const ppl_vf one = ppl_act_splat(1.0f);
     /* Clamp so that 2**n below stays a normal float (n in [-126, 127]). */
     ppl_vf xc = ppl_act_select(x < lo, lo, x);
-    xc = ppl_act_select(xc > hi, hi, xc);
-    /* n = floor(x * log2(e) + 1/2): truncate, then step down where that rounded up. */
-    const ppl_vf t = xc * ppl_act_splat(1.44269504088896341f) + ppl_act_splat(0.5f);
-    ppl_vi n = __builtin_convertvector(t, ppl_vi);
-    n += (ppl_vi)(__builtin_convertvector(n, ppl_vf) > t); /* true is -1 */
-    const ppl_vf fn = __builtin_convertvector(n, ppl_vf);
+    if (!nonpos) xc = ppl_act_select(xc > hi, hi, xc);
+    /* n = round(x * log2(e)) by the 1.5 * 2**23 trick: adding it rounds to an integer and
+     * leaves n in the low mantissa bits (Cephes floors x * log2(e) + 1/2; either keeps
+     * |r| <= ln2/2, and this costs two adds instead of a floor and a conversion). */
+    const ppl_vf magic = ppl_act_splat(12582912.0f);
+    const ppl_vf k = xc * ppl_act_splat(1.44269504088896341f) + magic;
+    const ppl_vf fn = k - magic;
     /* x = n*ln2 + r with |r| <= ln2/2; ln2 is split in two so that n*ln2_hi is exact. */
     const ppl_vf r = xc - fn * ppl_act_splat(0.693359375f) - fn * ppl_act_splat(-2.12194440e-4f);
     ppl_vf p = ppl_act_splat(1.9875691500e-4f);
@@ -122,17 +124,20 @@ PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) {
     p = p * r + ppl_act_splat(1.6666665459e-1f);
     p = p * r + ppl_act_splat(5.0000001201e-1f);
     p = p * r * r + r + one;
-    /* 2**n from its exponent bits (unsigned: the garbage n of a NaN shifts without UB). */
-    p *= (ppl_vf)(((ppl_vu)n + 127u) << 23);
+    /* 2**n from its exponent bits: k's bits are 0x4b400000 + n, whose high bits the shift
+     * drops (unsigned: the garbage n of a NaN shifts without UB). */
+    p *= (ppl_vf)(((ppl_vu)k + 127u) << 23);
     p = ppl_act_select(x < lo, ppl_act_splat(0.0f), p);
-    return ppl_act_select(x > hi, ppl_act_splat(__builtin_inff()), p);
+    return nonpos ? p : ppl_act_select(x > hi, ppl_act_splat(__builtin_inff()), p);
 }
+
+PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) { return ppl_exp_impl(x, 0); }
 
 PPL_ACT_INLINE ppl_vf ppl_sigmoid(ppl_vf x) {
     const ppl_vf one = ppl_act_splat(1.0f);
     /* exp(-|x|) never overflows, and e / (1 + e) keeps full relative precision for x << 0,
      * where 1 - 1 / (1 + exp(x)) would cancel. */
-    const ppl_vf e = ppl_exp(ppl_act_select(x > ppl_act_splat(0.0f), -x, x));
+    const ppl_vf e = ppl_exp_impl(ppl_act_select(x > ppl_act_splat(0.0f), -x, x), 1);
     const ppl_vf r = one / (one + e);
     return ppl_act_select(x >= ppl_act_splat(0.0f), r, e * r);
 }
@@ -143,7 +148,7 @@ PPL_ACT_INLINE ppl_vf ppl_tanh(ppl_vf x) {
     const ppl_vf one = ppl_act_splat(1.0f), two = ppl_act_splat(2.0f);
     const ppl_vi neg = x < ppl_act_splat(0.0f);
     const ppl_vf ax = ppl_act_select(neg, -x, x);
-    ppl_vf big = one - two / (ppl_exp(ax + ax) + one);
+    ppl_vf big = one - two / (ppl_exp(ax + ax) + one); /* exp may be inf: big = 1 */
     big = ppl_act_select(neg, -big, big);
     const ppl_vf z = x * x;
     ppl_vf p = ppl_act_splat(-5.70498872745e-3f);
