@@ -13,6 +13,7 @@ import fnmatch
 import importlib.util
 import os
 import pathlib
+import sys
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -44,12 +45,15 @@ def _extension(pyx):
         [str(rel)],
         extra_compile_args=[*isa_tiers.BASE_COMPILE_FLAGS, *isa_tiers.flags_of_tier(tier)],
         extra_link_args=list(isa_tiers.BASE_LINK_FLAGS),
-        include_dirs=[str(ROOT / "pplpy" / "include")],
+        include_dirs=[str(ROOT / "pplpy" / "runtime")],
     )
 
 
 def _extensions():
     pyx_files = sorted((ROOT / "pplpy").rglob("*.pyx"))
+    if not pyx_files:
+        raise SystemExit("setup.py: no .pyx sources under pplpy/: this source tree is "
+                         "incomplete (an sdist must carry them; see MANIFEST.in)")
     # Development aid: PPLPY_BUILD_ONLY="_eltwise*,_pool*" rebuilds just those modules.
     only = [p for p in os.environ.get("PPLPY_BUILD_ONLY", "").split(",") if p]
     if only:
@@ -84,4 +88,10 @@ def _cythonized():
     )
 
 
-setup(ext_modules=_cythonized(), cmdclass={"build_ext": ParallelBuildExt})
+# Making an sdist or reading metadata needs no generated C: the sdist carries the .pyx
+# sources (MANIFEST.in) and the build from it cythonizes them.
+_NO_BUILD = {"sdist", "egg_info", "dist_info", "--name", "--version"}
+if _NO_BUILD & set(sys.argv[1:]):
+    setup()
+else:
+    setup(ext_modules=_cythonized(), cmdclass={"build_ext": ParallelBuildExt})

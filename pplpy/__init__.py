@@ -31,13 +31,17 @@ __all__ = [
 ]
 
 
-def load(path, num_threads=1, max_isa=None, in_shapes=None, pipeline=None):
+def load(path, num_threads=None, max_isa=None, in_shapes=None, pipeline=None, fusion=True,
+         plan_cache_size=8):
     """Parse, optimise and build the ONNX model at ``path``; return a ready Runtime.
 
+    ``num_threads`` is the runtime's thread team (default: the machine's physical cores);
     ``max_isa`` caps the kernels' ISA ("avx512", "fma" or "sse"); ``in_shapes`` fixes free
-    input dims at build time (runs may still feed other shapes).
+    input dims at load (others stay symbolic: each new input shape gets a plan, and the last
+    ``plan_cache_size`` plans are kept); ``fusion=False`` keeps activations as their own
+    steps; ``pipeline`` replaces the graph-rewrite passes (a list or a YAML file's entries).
     """
-    engine = X86Engine(max_isa=max_isa, num_threads=num_threads)
+    engine = X86Engine(max_isa=max_isa, num_threads=num_threads, fusion=fusion)
     builder = RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
-                                       pipeline=pipeline)
+                                       pipeline=pipeline, plan_cache_size=plan_cache_size)
     return builder.create_runtime()

@@ -13,7 +13,7 @@ import pytest
 
 import pplpy
 from onnx_builders import ISAS
-from pplpy.engines.x86.optimizer.registry import find_op
+from pplpy.engines.x86.ops.declare import find_op
 from pplpy.models.onnx.registry import find_parser, normalize_domain
 
 with warnings.catch_warnings():

@@ -150,7 +150,7 @@ def test_plugin_op_follows_n16cx_after_conv(plugin_site, tmp_path):
         y = rt.run({"x": x})["y"]
         np.testing.assert_allclose(y, 2.0 * np.where(x >= 0, x, 0.1 * x), rtol=1e-5,
                                    atol=1e-6)
-        print(rt.plan.formats["c"].name)
+        print(rt.formats["c"].name)
     """)
     result = run_python(["-c", script], cwd=tmp_path, extra_path=[plugin_site])
     assert result.returncode == 0, result.stderr

@@ -12,6 +12,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
+from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.common.data_format import DataFormat
 
 RNG = np.random.default_rng(7)
@@ -43,11 +44,23 @@ def test_load_and_run_matches_reference(isa, save_model):
 
 
 def test_reorders_are_inserted_between_formats(save_model):
-    rt = pplpy.load(save_model(conv_model()))
-    kinds = [(n.op_type, str(rt.plan.formats[n.outputs[0]])) for n in rt.graph.nodes]
+    rt = pplpy.load(save_model(conv_model()), fusion=False)
+    kinds = [(n.op_type, str(rt.formats[n.outputs[0]])) for n in rt.graph.nodes]
     # input reordered to N16CX for Conv, back to NDARRAY for Softmax; MaxPool follows it.
     assert kinds == [("Reorder", "n16cx"), ("Conv", "n16cx"), ("Relu", "n16cx"),
                      ("Reorder", "ndarray"), ("Softmax", "ndarray"), ("MaxPool", "ndarray")]
+
+
+def test_fusion_folds_relu_into_the_conv_and_matches_unfused(save_model):
+    path = save_model(conv_model())
+    fused, unfused = pplpy.load(path), pplpy.load(path, fusion=False)
+    assert [n.op_type for n in fused.graph.nodes] == ["Reorder", "Conv", "Reorder", "Softmax",
+                                                      "MaxPool"]
+    (conv,) = [n for n in fused.graph.nodes if n.op_type == "Conv"]
+    assert fused.result.ops[conv].post_ops == [(PostOp.RELU, 0.0, 0.0)]
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(fused.run({"x": x})["y"], unfused.run({"x": x})["y"],
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_dynamic_batch_reinfers_shapes(save_model):
@@ -76,7 +89,7 @@ def test_builder_runtimes_share_kernels_and_run_on_threads(save_model):
     builder = pplpy.RuntimeBuilder.from_onnx(save_model(model),
                                              engines=[pplpy.X86Engine(num_threads=1)])
     runtimes = [builder.create_runtime() for _ in range(2)]
-    assert runtimes[0].plan is runtimes[1].plan  # packed weights built once
+    assert runtimes[0].result is runtimes[1].result  # packed weights built once
     ref = ReferenceEvaluator(model)
     inputs = [RNG.standard_normal((4, 3, 8, 8)).astype(np.float32) for _ in range(2)]
     results, errors = [None, None], []
@@ -247,8 +260,8 @@ def test_reshape_shape_fed_at_run_time(save_model):
 
 
 def test_blocked_format_kept_through_cnn_ops(save_model):
-    rt = pplpy.load(save_model(conv_model()))
-    blocked = [n.op_type for n in rt.graph.nodes if rt.plan.formats[n.outputs[0]] is DataFormat.N16CX]
+    rt = pplpy.load(save_model(conv_model()), fusion=False)
+    blocked = [n.op_type for n in rt.graph.nodes if rt.formats[n.outputs[0]] is DataFormat.N16CX]
     assert "Conv" in blocked and "Relu" in blocked
 
 
@@ -258,3 +271,13 @@ def test_errors_do_not_leak_process_state(save_model):
         pplpy.load(os.devnull)
     rt = pplpy.load(save_model(conv_model(batch=1)))
     assert rt.run({"x": np.zeros((1, 3, 8, 8), np.float32)})["y"].shape == (1, 8, 4, 4)
+
+
+def test_dispatch_info_without_arguments_lists_every_family():
+    from pplpy.common.isa import supported_isas
+    from pplpy.engines.x86.impls.dispatch import dispatch_info
+
+    info = dispatch_info()
+    assert {"conv_fp32", "eltwise_fp32", "gemm_fp32"} <= set(info)
+    assert set(info.values()) == {supported_isas()[0]}
+    assert set(dispatch_info(max_isa="sse").values()) == {"sse"}

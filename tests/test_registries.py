@@ -7,7 +7,7 @@ import pathlib
 import onnx
 import pytest
 
-from pplpy.engines.x86.optimizer.registry import find_op, register_op, registered_ops
+from pplpy.engines.x86.ops.declare import find_op, register_op, registered_ops
 from pplpy.errors import RegistryError
 from pplpy.models.onnx.registry import find_parser, register_parser, registered_parsers
 from pplpy.tools.supported_ops import render
@@ -72,17 +72,48 @@ def test_every_parsed_onnx_op_has_an_x86_op_and_back():
             assert find_parser(domain, op_type, opset) is not None, (op_type, opset)
 
 
+def test_ranges_are_open_ended_from_since():
+    """A declaration lasts until the next one of the same op starts, or to LATEST_OPSET."""
+    from pplpy.models.onnx.registry import LATEST_OPSET
+
+    register_parser("test.registry", "Open", None, since=3)
+    register_parser("test.registry", "Open", None, since=9)
+    assert find_parser("test.registry", "Open", 2) is None
+    assert (find_parser("test.registry", "Open", 3).first,
+            find_parser("test.registry", "Open", 8).last) == (3, 8)
+    assert find_parser("test.registry", "Open", LATEST_OPSET).first == 9
+    assert find_parser("test.registry", "Open", LATEST_OPSET + 1) is None
+
+
+def test_op_declares_parser_and_context_at_once():
+    from pplpy.engines.x86.ops.declare import op
+
+    @dataclasses.dataclass(frozen=True)
+    class OnceParam:
+        k: int = 1
+
+    @op("test.registry", "Once", since=2, param=OnceParam)
+    class OnceOp:
+        pass
+
+    assert find_parser("test.registry", "Once", 2).param_cls is OnceParam
+    assert find_op("test.registry", "Once", 5) is OnceOp
+    assert find_op("test.registry", "Once", 1) is None
+
+
 def test_overlapping_registrations_fail():
     register_parser("test.registry", "Thing", None, versions=(1, 5))
-    with pytest.raises(RegistryError, match="overlaps the registered range 1-5"):
+    with pytest.raises(RegistryError, match="overlap"):
         register_parser("test.registry", "Thing", None, versions=(5, 9))
     register_parser("test.registry", "Thing", None, versions=(6, 9))  # adjacent is fine
+    with pytest.raises(RegistryError, match="overlap"):
+        register_parser("test.registry", "Thing", None, since=6)  # same start
 
     @register_op("test.registry", "Thing", versions=(1, 5))
     class ThingOp:  # noqa: D401 - a stand-in class is enough for the registry
         pass
 
-    with pytest.raises(RegistryError, match="overlaps"):
+    with pytest.raises(RegistryError, match="overlap"):
         @register_op("test.registry", "Thing", versions=(3, 4))
         class OtherThingOp:
             pass

@@ -35,6 +35,7 @@ class VersionedRegistry:
     def __init__(self, what):
         self.what = what  # "parser" or "x86 op", for messages
         self._entries = {}  # (domain, op_type) -> [(since, until or None, value)]
+        self._resolved = {}  # (domain, op_type) -> [(first, last, value)]
 
     def add(self, domain, op_type, since, until, value):
         domain = normalize_domain(domain)
@@ -53,11 +54,12 @@ class VersionedRegistry:
                     f"'since', or remove the other registration"
                 )
         entries[:] = candidate
+        self._resolved[(domain, op_type)] = ranges
 
     def find(self, domain, op_type, opset):
         """The value whose range covers ``opset``, or None."""
-        for first, last, value in _resolve(self._entries.get((normalize_domain(domain), op_type),
-                                                             ())):
+        ranges = self._resolved.get((normalize_domain(domain), op_type))
+        for first, last, value in ranges or ():
             if first <= opset <= last:
                 return value
         return None
@@ -65,8 +67,7 @@ class VersionedRegistry:
     def entries_of(self, domain, op_type):
         """The resolved entries of one op, oldest first."""
         key = (normalize_domain(domain), op_type)
-        return [VersionedEntry(key[0], op_type, f, l, v)
-                for f, l, v in _resolve(self._entries.get(key, ()))]
+        return [VersionedEntry(key[0], op_type, f, l, v) for f, l, v in self._resolved.get(key, ())]
 
     def has(self, domain, op_type):
         return (normalize_domain(domain), op_type) in self._entries

@@ -28,8 +28,8 @@ class RewriteRule:
 
     def run(self, graph, ctx):
         changes = 0
-        for node in list(graph.nodes):
-            if node not in graph.nodes:  # removed by an earlier apply in this sweep
+        for node in graph.nodes:
+            if node not in graph:  # removed by an earlier apply in this sweep
                 continue
             if self.op_types is not None and (node.domain, node.op_type) not in self.op_types:
                 continue

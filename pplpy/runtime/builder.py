@@ -10,40 +10,50 @@ import numpy as np
 from pplpy.engines.x86.engine import X86Engine
 from pplpy.errors import InputError, PplError, UnsupportedOpError
 from pplpy.models.onnx import load_model
-from pplpy.optimizer import PassContext, PassManager
+from pplpy.optimizer import PassManager
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
 from pplpy.plugins import load_plugins
-from pplpy.runtime.runtime import Runtime
+from pplpy.runtime.runtime import DEFAULT_PLAN_CACHE_SIZE, Runtime
 
 
 class RuntimeBuilder:
-    """Builds the plan once; ``create_runtime()`` makes runtimes sharing it."""
+    """Builds once; ``create_runtime()`` makes runtimes sharing the packed weights."""
 
-    def __init__(self, graph, unparsed=(), engines=None, in_shapes=None, pipeline=None):
+    def __init__(self, graph, unparsed=(), engines=None, in_shapes=None, pipeline=None,
+                 plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, on_pass=None):
         self.engines = list(engines) if engines else [X86Engine()]
         if len(self.engines) != 1 or not isinstance(self.engines[0], X86Engine):
             raise PplError("pplpy ships one engine: pass engines=[pplpy.X86Engine(...)]")
         self.engine = self.engines[0]
+        self.plan_cache_size = plan_cache_size
         _check_supported(graph, unparsed, self.engine)
-        self.pass_manager = PassManager(pipeline or DEFAULT_PIPELINE)
-        self.pass_manager.run(graph, PassContext(evaluate=self.engine.evaluate))
         dims = _build_dims(graph, in_shapes)
-        self.plan = self.engine.process(graph, dims)
+        self.pass_manager = PassManager(pipeline or DEFAULT_PIPELINE)
+        self.result = self.engine.process(graph, dims, self.pass_manager, on_pass)
         self.graph = graph
 
     @classmethod
-    def from_onnx(cls, path, engines=None, in_shapes=None, pipeline=None):
+    def from_onnx(cls, path, engines=None, in_shapes=None, pipeline=None,
+                  plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, on_pass=None):
         """Parse and build the ONNX model at ``path``.
 
-        ``in_shapes`` fixes the dims used at build time for inputs whose dims are free
-        (a dict name -> dims, or a list in input order); later runs may feed other shapes.
+        ``in_shapes`` fixes free input dims at load (a dict name -> dims, or a list in input
+        order); inputs left free stay symbolic and each new shape a run feeds gets its own
+        cached plan.  ``on_pass(name, state)`` is called after each engine pass (used by
+        ``pplnn --dump-graph``).
         """
         load_plugins()
         graph, unparsed = load_model(path)
-        return cls(graph, unparsed, engines=engines, in_shapes=in_shapes, pipeline=pipeline)
+        return cls(graph, unparsed, engines=engines, in_shapes=in_shapes, pipeline=pipeline,
+                   plan_cache_size=plan_cache_size, on_pass=on_pass)
+
+    @property
+    def plan(self):
+        """The engine's result (older name)."""
+        return self.result
 
     def create_runtime(self):
-        return Runtime(self.plan)
+        return Runtime(self.result, self.plan_cache_size)
 
 
 def _check_supported(graph, unparsed, engine):
@@ -60,8 +70,9 @@ def _check_supported(graph, unparsed, engine):
 
 
 def _build_dims(graph, in_shapes):
-    """Dims of each input at build time: the declared ones, free dims from ``in_shapes``
-    or 1."""
+    """Dims of each input: the declared ones, with free dims fixed by ``in_shapes`` (which
+    then also become the declared dims a feed is checked against); other free dims stay
+    symbolic (their name, or None)."""
     names = graph.input_names
     given = {}
     if in_shapes is not None:
@@ -79,7 +90,11 @@ def _build_dims(graph, in_shapes):
     dims = {}
     for info in graph.inputs:
         if info.name in given:
-            shape = tuple(int(d) for d in given[info.name])
+            try:
+                shape = tuple(int(d) for d in given[info.name])
+            except (TypeError, ValueError) as exc:
+                raise InputError(f'input "{info.name}": in_shapes must be integers, got '
+                                 f"{given[info.name]!r}") from exc
             if info.dims is not None and (
                 len(shape) != len(info.dims)
                 or any(isinstance(d, int) and d > 0 and d != s for d, s in zip(info.dims, shape))
@@ -89,11 +104,14 @@ def _build_dims(graph, in_shapes):
             if any(s < 0 for s in shape):
                 raise InputError(f'input "{info.name}": negative dim in {list(shape)}')
             dims[info.name] = shape
+            info.dims = shape
+            graph.value(info.name).dims = shape
         elif info.dims is None:
             raise InputError(f'input "{info.name}" has no declared shape; give one with '
                              f"in_shapes (pplnn --in-shapes)")
         else:
-            dims[info.name] = tuple(d if isinstance(d, int) and d > 0 else 1 for d in info.dims)
+            dims[info.name] = tuple(d if isinstance(d, int) and d > 0 else
+                                    (d if isinstance(d, str) else None) for d in info.dims)
     return dims
 
 

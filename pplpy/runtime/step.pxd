@@ -19,7 +19,7 @@
 #         ...
 #         return step
 #
-# See pplpy/include/pplpy_step.h for the rules a step function follows.
+# See pplpy/runtime/pplpy_step.h for the rules a step function follows.
 
 cdef extern from "pplpy_step.h" nogil:
     ctypedef void (*ppl_step_fn)(const void *args, int tid, int nthreads) noexcept nogil

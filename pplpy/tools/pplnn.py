@@ -31,7 +31,8 @@ import time
 import numpy as np
 
 import pplpy
-from pplpy.common.data_format import DataFormat
+from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.engines.x86.pipeline import PASS_NAMES
 from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.errors import PplError
@@ -99,9 +100,11 @@ def build_parser():
                      help="write each input to <save-data-dir>/pplnn_input-<name>.dat")
     out.add_argument("--save-data-dir", metavar="DIR", default=".",
                      help="folder for --save-outputs / --save-inputs (default: .)")
-    out.add_argument("--dump-graph", action="store_true",
+    out.add_argument("--dump-graph", nargs="?", const="final", default=None, metavar="PASS",
                      help="print the graph as the engine built it: nodes in run order, "
-                     "tensor shapes and formats, inserted Reorder nodes")
+                     "value shapes and formats, inserted Reorder nodes, fused post-ops; with "
+                     "PASS, the graph after that engine pass instead (one of: "
+                     f"{', '.join(PASS_NAMES)})")
 
     timing = parser.add_argument_group("timing")
     timing.add_argument("--warmup-iterations", type=_count, default=None, metavar="N",
@@ -113,8 +116,12 @@ def build_parser():
                         "per-op-type tables")
 
     engine = parser.add_argument_group("x86 engine")
-    engine.add_argument("--num-threads", type=_positive, default=1, metavar="N",
-                        help="threads each kernel may use (default 1)")
+    engine.add_argument("--num-threads", type=_positive, default=None, metavar="N",
+                        help="size of the runtime's thread team (default: the physical "
+                        "cores)")
+    engine.add_argument("--disable-fusion", action="store_true",
+                        help="keep activations as separate steps instead of Conv/Gemm "
+                        "post-ops")
     engine.add_argument("--max-isa", choices=ISA_NAMES,
                         help="best ISA tier to use (default: the best this CPU has, or "
                         "$PPLPY_MAX_ISA)")
@@ -171,9 +178,9 @@ def _describe(dtype, shape):
 
 
 def build_input_shapes(rt):
-    """Each input's dims as built (declared dims, free ones from --in-shapes or 1)."""
-    build = rt.plan.build_shapes
-    return {t.name: tuple(int(d) for d in build[t.name]) for t in rt.inputs}
+    """Each input's dims for this run: declared dims (fixed by --in-shapes), free ones 1."""
+    return {t.name: tuple(d if isinstance(d, int) and d >= 0 else 1 for d in (t.dims or ()))
+            for t in rt.inputs}
 
 
 def read_inputs(rt, files):
@@ -268,53 +275,66 @@ def is_inserted_reorder(node):
     return node.domain == REORDER_DOMAIN and node.op_type == "Reorder"
 
 
-def format_graph(rt):
-    """The engine-processed graph as text: nodes in run order with each tensor's type,
-    shape and format; Reorder nodes the engine inserted are marked with '*'."""
-    graph, plan = rt.graph, rt.plan
-    shapes = rt.tensor_shapes()
+def format_graph(graph, ops=None, tensor_shapes=None, title="after the x86 engine"):
+    """A graph as text: nodes in run order with each value's type, dims (symbolic names where
+    free) and format; Reorder nodes the engine inserted are marked with '*', fused post-ops
+    and kernel algorithms are listed under their node."""
+    shapes = tensor_shapes or {}
     nodes = list(graph.nodes)
     reorders = sum(1 for n in nodes if is_inserted_reorder(n))
+    outputs, inputs = set(graph.output_names), set(graph.input_names)
+
+    def fmt_of(name):
+        record = graph.values.get(name)
+        return record.format.name if record is not None and record.format else "-"
 
     def tensor(name, column):
         if not name:
             return "(omitted)"
+        record = graph.values.get(name)
         ts = shapes.get(name)
-        fmt = plan.formats.get(name, DataFormat.NDARRAY).name
         if ts is not None:
             desc = f"{ts.data_type} {_dims(ts.dims)}"
-        elif name in graph.constants:
-            desc = _describe(graph.constants[name].dtype, graph.constants[name].shape)
+        elif record is not None:
+            dims = record.dims
+            text = "[?]" if dims is None else "[" + ",".join(
+                "?" if d is None else str(d) for d in dims) + "]"
+            desc = f"{record.dtype or '?'} {text}"
         else:
-            desc = f"{plan.types.get(name, '?')} [?]"
+            desc = "? [?]"
         tags = []
         if name in graph.constants:
             tags.append("constant")
-        if name in graph.input_names:
+        elif record is not None and record.producer is None and name not in inputs:
+            tags.append("packed into its kernel")
+        if name in inputs:
             tags.append("graph input")
-        if name in graph.output_names:
+        if name in outputs:
             tags.append("graph output")
         tag = f"  ({', '.join(tags)})" if tags else ""
-        return f"{name.ljust(column)}  {desc}  {fmt}{tag}"
+        return f"{name.ljust(column)}  {desc}  {fmt_of(name)}{tag}"
 
-    lines = [
-        f"graph after the x86 engine: {len(nodes)} node(s) in run order; "
-        f"* = Reorder inserted by pplpy ({reorders})"
-    ]
+    lines = [f"graph {title}: {len(nodes)} node(s) in run order; "
+             f"* = Reorder inserted by pplpy ({reorders})"]
     width = len(str(max(len(nodes) - 1, 0)))
     for i, node in enumerate(nodes):
-        op = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"
+        op_name = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"
         if is_inserted_reorder(node):
-            src, dst = (plan.formats.get(n, DataFormat.NDARRAY).name
-                        for n in (node.inputs[0], node.outputs[0]))
-            lines.append(f"{i:>{width}} * {op} \"{node.name}\"  inserted: {src} -> {dst}")
+            lines.append(f"{i:>{width}} * {op_name} \"{node.name}\"  inserted: "
+                         f"{fmt_of(node.inputs[0])} -> {fmt_of(node.outputs[0])}")
         else:
-            lines.append(f"{i:>{width}}   {op} \"{node.name}\"")
+            lines.append(f"{i:>{width}}   {op_name} \"{node.name}\"")
         pad = " " * (width + 5)
         names = [n or "(omitted)" for n in node.inputs + node.outputs]
         column = max(map(len, names), default=0)
         lines += [f"{pad}in   {tensor(name, column)}" for name in node.inputs]
         lines += [f"{pad}out  {tensor(name, column)}" for name in node.outputs]
+        op = (ops or {}).get(node)
+        post_ops = getattr(op, "post_ops", None)
+        if post_ops:
+            listed = ", ".join(f"{PostOp(code).name.lower()}({p0:g}, {p1:g})"
+                               for code, p0, p1 in post_ops)
+            lines.append(f"{pad}post-ops  {listed}")
     lines.append(f"reorders inserted: {reorders}")
     return "\n".join(lines)
 
@@ -386,8 +406,23 @@ def _run(argv):
             raise CliError(f'--onnx-model: "{path}" does not exist or is not a file')
 
     cap = isa_cap(args)
-    rt = pplpy.load(path, num_threads=args.num_threads, max_isa=cap, in_shapes=in_shapes)
-    options = rt.plan.options
+    dumps = []
+    if args.dump_graph not in (None, "final"):
+        if args.dump_graph not in PASS_NAMES:
+            raise CliError(f"--dump-graph: unknown pass {args.dump_graph!r}; choose one of "
+                           f"{', '.join(PASS_NAMES)}")
+
+        def on_pass(name, state):
+            if name == args.dump_graph:
+                dumps.append(format_graph(state.graph, state.ops, title=f"after pass {name}"))
+    else:
+        on_pass = None
+    engine = pplpy.X86Engine(max_isa=cap, num_threads=args.num_threads,
+                             fusion=not args.disable_fusion)
+    builder = pplpy.RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
+                                             on_pass=on_pass)
+    rt = builder.create_runtime()
+    options = rt.result.options
 
     print(f"pplnn (pplpy {pplpy.__version__})")
     if demo:
@@ -397,7 +432,7 @@ def _run(argv):
         print(f"model: {path}")
     cap_note = cap or os.environ.get("PPLPY_MAX_ISA") or "none"
     print(f"isa: {options.isa} (cpu has: {', '.join(supported_isas())}; cap: {cap_note})")
-    print(f"threads: {options.num_threads}")
+    print(f"threads: {options.num_threads}; fusion: {'on' if options.fusion else 'off'}")
     plugins = sorted(f"{ep.name} ({ep.value})"
                      for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
     if plugins:
@@ -413,7 +448,9 @@ def _run(argv):
     outputs = rt.run(feeds)
     for name, value in outputs.items():
         print(f'output "{name}": {_describe(value.dtype, value.shape)}  {_stats(value)}')
-    print(f"planned arena: {rt.memory_bytes} bytes")
+    memory = rt.memory()
+    print(f"memory: weights {memory['weights']} bytes, arena {rt.memory_bytes} bytes, "
+          f"plan {memory['plan']} bytes")
 
     if args.save_inputs:
         for name, file, size in save_tensors(feeds, args.save_data_dir, "pplnn_input-"):
@@ -421,8 +458,10 @@ def _run(argv):
     if args.save_outputs:
         for name, file, size in save_tensors(outputs, args.save_data_dir, "pplnn_output-"):
             print(f'saved output "{name}" to {file} ({size} bytes)')
-    if args.dump_graph:
-        print(format_graph(rt))
+    if args.dump_graph == "final":
+        print(format_graph(rt.graph, rt.result.ops, rt.tensor_shapes()))
+    for dump in dumps:
+        print(dump)
 
     iterations = args.min_profiling_iterations or 0
     if args.enable_profiling or iterations > 0:

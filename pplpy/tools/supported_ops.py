@@ -7,7 +7,7 @@ is stale, so it always says what the code registers.
 import sys
 
 from pplpy.common.data_format import DataFormat
-from pplpy.engines.x86.optimizer.registry import registered_ops
+from pplpy.engines.x86.ops.declare import registered_ops
 from pplpy.models.onnx.registry import registered_parsers
 
 

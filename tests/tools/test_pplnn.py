@@ -5,6 +5,7 @@ and are skipped, naming the missing ones, until those are registered.
 """
 
 import os
+import re
 import pathlib
 import subprocess
 import sys
@@ -73,12 +74,14 @@ def test_summary_of_a_run(capsys, small_model):
     assert (status, err) == (0, "")
     assert f"model: {small_model}" in out
     assert f"isa: {supported_isas()[0]}" in out
-    assert "threads: 1" in out
+    from pplpy.common.cpu_count import physical_cores
+
+    assert f"threads: {physical_cores()}; fusion: on" in out  # default team: physical cores
     assert 'input "a": float32 [1,3,4]  (random, seed 0)' in out  # free dim built as 1
     assert 'input "b": float32 [2,5]' in out
     assert 'output "a_out": float32 [1,3,4]' in out
     assert 'output "b/out": float32 [2,5]' in out
-    assert "planned arena: " in out and " bytes" in out
+    assert re.search(r"memory: weights \d+ bytes, arena \d+ bytes, plan \d+ bytes", out)
 
 
 def test_in_shapes_fix_the_free_dims(capsys, small_model):
@@ -180,7 +183,7 @@ _BLOCKED_OP = textwrap.dedent("""
     import numpy as np
     from pplpy import DataFormat
     from pplpy.engines.x86 import X86Kernel, X86OptKernel, register_op
-    from pplpy.engines.x86.optimizer.canned import same_shape_as_input
+    from pplpy.engines.x86.ops.canned import same_shape_as_input
     from pplpy.models.onnx import register_parser
     from pplpy.tools.pplnn import main
 
@@ -370,6 +373,21 @@ def test_demo_dump_graph_shows_blocked_formats(capsys):
 
 
 # -- as a process ----------------------------------------------------------------------------
+
+
+def test_dump_graph_after_a_named_pass_and_fusion_switch(capsys):
+    status, out, _ = run_cli(capsys, "--dump-graph", "select_formats")
+    assert status == 0
+    assert "graph after pass select_formats:" in out
+    before_fusion = out.split("graph after pass select_formats:")[1]
+    assert "Relu" in before_fusion  # the demo's activations are still nodes here
+    status, out, _ = run_cli(capsys, "--dump-graph")
+    final = out.split("graph after the x86 engine:")[1]
+    assert "post-ops  relu(0, 0)" in final
+    status, out, _ = run_cli(capsys, "--dump-graph", "--disable-fusion")
+    assert "fusion: off" in out and "post-ops" not in out
+    status, _, err = run_cli(capsys, "--dump-graph", "no_such_pass")
+    assert status == 2 and "unknown pass 'no_such_pass'" in err
 
 
 def _run_process(args, cwd):

@@ -1,13 +1,27 @@
-"""ScaledLeakyRelu's op context: types, shapes, formats, and which kernel runs it."""
+"""ScaledLeakyRelu, declared once: parser + param + op context (types, shapes, formats) and
+its kernel, computed with numpy so installing the plugin needs no compiler."""
+
+import numpy as np
 
 from pplpy import DataFormat
-from pplpy.engines.x86 import X86OptKernel, register_op
-from pplpy.engines.x86.optimizer.canned import follow_input_format, same_shape_as_input
-from pplpy_example_ops.scaled_leaky_relu_kernel import ScaledLeakyReluKernel
-from pplpy_example_ops.scaled_leaky_relu_param import DOMAIN
+from pplpy.engines.x86 import X86Kernel, X86OptKernel, op
+from pplpy.engines.x86.ops.canned import follow_input_format, same_shape_as_input
+from pplpy_example_ops.scaled_leaky_relu_param import DOMAIN, ScaledLeakyReluParam
 
 
-@register_op(DOMAIN, "ScaledLeakyRelu", versions=(1, 1))
+class ScaledLeakyReluKernel(X86Kernel):
+    def do_execute(self, ctx):
+        """y = scale * (x if x >= 0 else alpha * x)"""
+        # Arrays come in their physical layout; element-wise work ignores it (zeros in N16CX
+        # padding lanes stay zero).  Write into the output array: it is a view of the arena.
+        x, y = ctx.inputs[0], ctx.outputs[0]
+        alpha, scale = np.float32(self.param.alpha), np.float32(self.param.scale)
+        np.multiply(np.where(x >= 0, x, alpha * x), scale, out=y)
+
+
+# Opset 1 of our domain, open-ended; the generic parse fills the dataclass from the node's
+# attributes by field name and rejects attributes it does not know.
+@op(DOMAIN, "ScaledLeakyRelu", since=1, param=ScaledLeakyReluParam)
 class ScaledLeakyReluOp(X86OptKernel):
     """y = scale * (x if x >= 0 else alpha * x), float32, in whichever format arrives."""
 

@@ -1,118 +1,138 @@
-"""X86Engine: turns an optimised Graph into kernels for this CPU.
+"""X86Engine: turns an optimised Graph into kernels for this CPU, by running the passes of
+``pipeline.py`` in order.
 
-    Graph --op contexts (registry)--> types --> shapes --> formats + Reorder nodes
-          --> kernels (weights packed once) --> EnginePlan (what a Runtime executes)
+    Graph --pipeline.PIPELINE--> EngineResult (graph with value records, op contexts, kernels)
+          --runtime--> one compiled plan per input-shape signature
 
-Options: ``max_isa`` caps the ISA tier (else ``PPLPY_MAX_ISA``, else the best the CPU
-has); ``num_threads`` is the OpenMP thread count each kernel may use.
+Options: ``max_isa`` caps the ISA tier (else ``PPLPY_MAX_ISA``, else the best the CPU has);
+``num_threads`` is the size of each runtime's thread team (default: the physical cores);
+``fusion`` folds activations into Conv/Gemm post-ops.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from pplpy.common.data_format import DataFormat
+from pplpy.common.cpu_count import physical_cores
 from pplpy.common.data_type import DataType
 from pplpy.common.isa import best_isa
 from pplpy.common.tensor_shape import TensorShape
 from pplpy.engines.x86 import ops as _ops  # noqa: F401  (fills the registry)
 from pplpy.engines.x86.ops.declare import find_op
-from pplpy.engines.x86.ops.kernel import KernelContext
-from pplpy.engines.x86.passes.inference import infer_shapes, infer_types
-from pplpy.engines.x86.passes.reorder_insertion import select_formats_and_insert_reorders
+from pplpy.engines.x86.ops.kernel import Slot, StepIO
+from pplpy.engines.x86.passes.inference import infer_shapes
+from pplpy.engines.x86.pipeline import EngineState, run_pipeline
 from pplpy.errors import PplError
+from pplpy.runtime.step import run_steps
 
 
 @dataclass(frozen=True)
 class EngineOptions:
     isa: str
     num_threads: int
+    fusion: bool = True
 
 
 @dataclass
-class EnginePlan:
-    """The engine's result: nodes in run order with their op contexts and kernels, and each
-    tensor's element type and format.  Shared by every Runtime of a builder."""
+class EngineResult:
+    """The engine's result, shared by every Runtime of a builder: the graph (value records
+    with types, symbolic dims and formats), each node's op context and kernel, and the log
+    of the passes."""
 
     graph: object
-    ops: dict  # id(node) -> op context
-    kernels: dict  # id(node) -> kernel
-    types: dict  # tensor -> DataType
-    formats: dict  # tensor -> DataFormat
-    build_shapes: dict  # tensor -> dims at build time
+    ops: dict  # Node -> op context
+    kernels: dict  # Node -> kernel
     options: EngineOptions
+    log: list
+    released: dict  # constant -> bytes of raw weight released after packing
+
+    @property
+    def weight_bytes(self):
+        """Bytes of constants and packed weights the kernels hold."""
+        total = sum(v.nbytes for v in self.graph.constants.values())
+        seen = set()
+        for kernel in self.kernels.values():
+            for value in vars(kernel).values():
+                if isinstance(value, np.ndarray) and id(value) not in seen:
+                    seen.add(id(value))
+                    total += value.nbytes
+        return total
 
 
 class X86Engine:
-    """The x86-64 CPU engine (sse4.1, AVX2+FMA and AVX-512 kernels)."""
+    """The x86-64 CPU engine (SSE4.1, AVX2+FMA and AVX-512 kernels)."""
 
     name = "x86"
 
-    def __init__(self, max_isa=None, num_threads=1):
+    def __init__(self, max_isa=None, num_threads=None, fusion=True):
+        if num_threads is None:
+            num_threads = physical_cores()
         if int(num_threads) < 1:
             raise PplError(f"num_threads must be >= 1, got {num_threads}")
-        self.options = EngineOptions(isa=best_isa(max_isa), num_threads=int(num_threads))
+        self.options = EngineOptions(isa=best_isa(max_isa), num_threads=int(num_threads),
+                                     fusion=bool(fusion))
 
     def __repr__(self):
-        return f"X86Engine(isa={self.options.isa!r}, num_threads={self.options.num_threads})"
+        o = self.options
+        return f"X86Engine(isa={o.isa!r}, num_threads={o.num_threads}, fusion={o.fusion})"
 
     # -- support -------------------------------------------------------------------------
 
     def supports(self, node):
         return find_op(node.domain, node.op_type, node.opset) is not None
 
-    def create_op(self, node, constants):
+    def create_op(self, node, constants=None):
         cls = find_op(node.domain, node.op_type, node.opset)
         op = cls(node, self.options)
-        op.constants = {
-            i: constants[name] for i, name in enumerate(node.inputs) if name in constants
-        }
+        if constants is not None:
+            op.constants = {i: constants[name] for i, name in enumerate(node.inputs)
+                            if name in constants}
         return op
 
     # -- build ---------------------------------------------------------------------------
 
-    def process(self, graph, input_dims):
-        """Infer, choose formats, insert reorders and create kernels for ``graph``."""
-        constants = graph.constants
-        ops = {id(node): self.create_op(node, constants) for node in graph.nodes}
-        known_types = {name: DataType.from_numpy(v.dtype) for name, v in constants.items()}
-        known_types.update({v.name: v.data_type for v in graph.inputs})
-        infer_types(graph.nodes, ops, dict(known_types))
-        shapes = {name: tuple(v.shape) for name, v in constants.items()}
-        shapes.update(input_dims)
-        infer_shapes(graph.nodes, ops, shapes, constants, partial=True)
-        formats = select_formats_and_insert_reorders(
-            graph, ops, shapes, lambda node: self.create_op(node, constants)
-        )
-        # Again over the final graph: Reorders were added and output names may have moved.
-        types = infer_types(graph.nodes, ops, dict(known_types))
-        for name, fmt in formats.items():
-            if fmt is DataFormat.N16CX and types.get(name) is not DataType.FLOAT32:
-                raise PplError(f'tensor "{name}": N16CX needs float32, got {types.get(name)}')
-        kernels = {id(node): ops[id(node)].create_kernel() for node in graph.nodes}
-        return EnginePlan(graph, ops, kernels, types, formats, shapes, self.options)
+    def process(self, graph, input_dims, pass_manager, on_pass=None):
+        """Run the pipeline over ``graph``; ``input_dims`` maps each input to its dims (int,
+        or str / None for a free dim).  Returns the EngineResult."""
+        state = EngineState(self, graph, input_dims, pass_manager)
+        run_pipeline(state, on_pass)
+        return EngineResult(graph, state.ops, state.kernels, self.options, state.log,
+                            state.released)
 
-    # -- constant folding ----------------------------------------------------------------
+    # -- build-time computation ----------------------------------------------------------
 
     def evaluate(self, node, inputs):
-        """Run one node on constant numpy inputs (NDARRAY) and return its outputs.
+        """Run one node on numpy inputs (NDARRAY) with pplpy's own kernels; return its
+        outputs.  Constant folding and host evaluation of shape values use it."""
+        return self.evaluate_op(node, inputs, [None if v is None else tuple(v.shape)
+                                               for v in inputs])
 
-        Used by constant folding, so build-time computation uses pplpy's own kernels.
-        """
-        constants = {name: value for name, value in zip(node.inputs, inputs) if name}
+    def evaluate_op(self, node, inputs, in_shapes):
+        constants = {name: value for name, value in zip(node.inputs, inputs)
+                     if name and value is not None}
         op = self.create_op(node, constants)
-        in_types = [DataType.from_numpy(v.dtype) if v is not None else None for v in inputs]
-        out_types = op.infer_type(in_types)
-        in_shapes = [tuple(v.shape) if v is not None else None for v in inputs]
-        known = dict(zip(node.inputs, in_shapes))
-        infer_shapes([node], {id(node): op}, known, constants)
-        out_shapes = [TensorShape(known[name], t) for name, t in zip(node.outputs, out_types)]
-        in_tshapes = [
-            TensorShape(v.shape, DataType.from_numpy(v.dtype)) if v is not None else None
-            for v in inputs
-        ]
-        outputs = [np.empty(s.dims, s.data_type.numpy) for s in out_shapes]
-        arrays = [np.ascontiguousarray(v) if v is not None else None for v in inputs]
-        ctx = KernelContext(arrays, in_tshapes, outputs, out_shapes, self.options.num_threads)
-        op.create_kernel().execute(ctx)
-        return outputs
+        return run_once(op, op.create_kernel(), inputs, in_shapes, self.options.num_threads)
+
+
+def run_once(op, kernel, inputs, in_shapes, num_threads=1):
+    """Outputs of ``kernel`` on numpy ``inputs`` (None where absent), as new arrays."""
+    node = op.node
+    in_types = [DataType.from_numpy(v.dtype) if v is not None else None for v in inputs]
+    out_types = op.infer_type(in_types)
+    known = {name: tuple(s) for name, s in zip(node.inputs, in_shapes) if name and s is not None}
+    values = {name: v for name, v in zip(node.inputs, inputs) if name and v is not None}
+    infer_shapes([node], {node: op}, known, values)
+    outputs = [np.empty(known[name], t.numpy) if name else None
+               for name, t in zip(node.outputs, out_types)]
+    arrays = [np.ascontiguousarray(v) if v is not None else None for v in inputs]
+    io = StepIO(
+        [Slot(TensorShape(a.shape, DataType.from_numpy(a.dtype)), a) if a is not None else None
+         for a in arrays],
+        [Slot(TensorShape(o.shape, t), o) if o is not None else None
+         for o, t in zip(outputs, out_types)],
+        num_threads,
+    )
+    step = kernel.make_step(io)
+    if step is not None:
+        run_steps([step], num_threads)
+    return outputs

@@ -110,6 +110,8 @@ def parse_model(model):
                 f"supported by pplpy"
             )
         graph.inputs.append(info)
+        record = graph.value(info.name)
+        record.dtype, record.dims = info.data_type, info.dims
     graph.outputs = [_value_info(vi) for vi in onnx_graph.output]
     for vi in onnx_graph.value_info:
         if vi.type.HasField("tensor_type"):
@@ -124,14 +126,8 @@ def parse_model(model):
         while name in names:
             name = f"{name}_{index}"
         names.add(name)
-        node = Node(
-            name=name,
-            op_type=node_proto.op_type,
-            domain=domain,
-            opset=opset if opset is not None else 0,
-            inputs=list(node_proto.input),
-            outputs=list(node_proto.output),
-        )
+        node = Node(name, node_proto.op_type, domain, opset if opset is not None else 0,
+                    node_proto.input, node_proto.output)
         if opset is None:
             raise ModelError(
                 f"{node.describe()}: the model imports no opset for domain "
@@ -141,14 +137,14 @@ def parse_model(model):
             attr.HasField("g") or len(attr.graphs) for attr in node_proto.attribute
         ):
             unparsed.append(node)
-            graph.nodes.append(node)
+            graph.add_node(node)
             continue
         entry = find_parser(domain, node_proto.op_type, opset)
         if entry is None:
             unparsed.append(node)
         else:
             node.param = entry.parse_node(node_proto, opset)
-        graph.nodes.append(node)
+        graph.add_node(node)
     try:
         graph.topological_sort()
     except ValueError as exc:

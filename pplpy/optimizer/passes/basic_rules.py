@@ -11,8 +11,10 @@ class ConstantToInitializer(RewriteRule):
     op_types = {("", "Constant")}
 
     def apply(self, graph, node, ctx):
+        if graph.is_graph_output(node.outputs[0]):
+            return False  # a graph output must be produced by a node
+        graph.remove_node(node)
         graph.add_constant(node.outputs[0], node.param.value.array)
-        graph.remove_nodes([node])
         return True
 
 
@@ -40,7 +42,7 @@ class RemoveInferenceDropout(RewriteRule):
                 return False
         if len(node.outputs) > 1 and node.outputs[1]:
             mask = node.outputs[1]
-            if mask in graph.output_names or mask in graph.consumers():
+            if graph.is_graph_output(mask) or graph.consumers(mask):
                 return False
         return True
 

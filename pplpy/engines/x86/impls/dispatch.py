@@ -29,8 +29,19 @@ def load_family(family, max_isa=None):
     return load_variant(family, allowed_isas(max_isa)[0])
 
 
-def dispatch_info(families, max_isa=None):
-    """Map each family to the ISA variant ``load_family`` picks (after numpy's
+def families():
+    """The kernel families built per ISA tier (their ``_<family>_avx512`` modules)."""
+    import pkgutil
+
+    import pplpy.engines.x86.impls as impls
+
+    suffix = "_avx512"
+    return sorted(m.name[1:-len(suffix)] for m in pkgutil.iter_modules(impls.__path__)
+                  if m.name.startswith("_") and m.name.endswith(suffix))
+
+
+def dispatch_info(families_=None, max_isa=None):
+    """Map each family (default: all) to the ISA variant ``load_family`` picks (after numpy's
     ``opt_func_info``): a user can see what will run."""
     best = allowed_isas(max_isa)[0]
-    return {family: best for family in families}
+    return {family: best for family in (families_ or families())}

@@ -25,14 +25,17 @@ class Slot:
     ``shape`` is the logical TensorShape (dims, element type, format); ``array`` a numpy view
     of the memory in its physical layout (N16CX arrays are (N, C/16, *S, 16)); ``address``
     the address of its first byte, for compiled steps.  A step may keep ``address`` (the
-    memory outlives the step); it must not write to inputs.
+    memory outlives the step); it must not write to inputs.  The slot of a constant the
+    kernel packed (``packed_inputs``) has ``array`` None: the raw weight is gone.
     """
 
     shape: object  # TensorShape
-    array: np.ndarray
+    array: np.ndarray | None
 
     @property
     def address(self):
+        if self.array is None:
+            raise ValueError("this input was packed into the kernel; its raw data is gone")
         return self.array.__array_interface__["data"][0]
 
 

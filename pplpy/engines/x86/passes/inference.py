@@ -1,18 +1,28 @@
-"""Type and shape inference over a whole graph, in topological order.
+"""Type and shape inference over a graph in topological order, with host evaluation of the
+small integer values that decide shapes.
 
-Types are inferred once, when the engine processes the graph.  Shapes are inferred at build
-time from the declared (or user-given) input dims and again at run time whenever the fed
-shapes change, so dynamic batch and sequence length work.
+Types are inferred when the engine builds the graph.  Shapes are inferred then from the
+declared or given input dims (free dims take probe values; see ``symbolic_dims``) and again
+whenever a run feeds new input shapes, when the runtime makes a plan for them.  While shapes
+flow, a node whose inputs are all known values (constants, value-deciding feeds, earlier host
+results) and whose outputs are small integer tensors, and every Shape node, is evaluated on
+the host: PyTorch's Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains cost nothing
+per inference.
 """
 
+from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.op_context import ValueRequired
 from pplpy.errors import PplError, ShapeError, UnsupportedOpError
 
+# Element types and sizes of values worth computing on the host (shape arithmetic).
+HOST_TYPES = (DataType.INT64, DataType.INT32, DataType.BOOL)
+HOST_MAX_ELEMENTS = 4096
+
 
 def infer_types(nodes, ops, known):
-    """Fill ``known`` (tensor name -> DataType) for every node output; returns it."""
+    """Fill ``known`` (value name -> DataType) for every node output; returns it."""
     for node in nodes:
-        op = ops[id(node)]
+        op = ops[node]
         in_types = [known.get(name) if name else None for name in node.inputs]
         out_types = op.infer_type(in_types)
         for name, data_type in zip(node.outputs, out_types):
@@ -21,21 +31,48 @@ def infer_types(nodes, ops, known):
     return known
 
 
-def infer_shapes(nodes, ops, known, values, partial=False):
-    """Fill ``known`` (tensor name -> dims tuple) for every node output; returns it.
+def host_evaluable(node, op, types, shapes, values):
+    """Whether ``node`` is computed on the host when a plan is made (see module doc)."""
+    if getattr(op, "computes_from_shapes", False):  # Shape, Size: only the input's dims
+        return all(shapes.get(name) is not None for name in node.inputs if name)
+    for name in node.inputs:
+        if name and name not in values:
+            return False
+    for name in node.outputs:
+        if name and (types.get(name) not in HOST_TYPES or shapes.get(name) is None
+                     or _count(shapes[name]) > HOST_MAX_ELEMENTS):
+            return False
+    return True
 
-    ``values`` maps tensor names to known numpy values (constants; at run time also the
-    feeds).  With ``partial`` (build time, before feeds exist) a node whose shape depends on
-    an unknown value, or on an unknown shape, gets unknown (None) output shapes instead of an
-    error.  Any failure inside an op's rule becomes a ShapeError naming the node and its input
-    shapes, so a bad model or feed never reaches a kernel.
+
+def _count(dims):
+    total = 1
+    for d in dims:
+        total *= d
+    return total
+
+
+def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=None,
+                 host=None, strict=False):
+    """Fill ``known`` (value name -> dims tuple) for every node output; returns it.
+
+    ``values`` maps value names to known numpy values (constants, value-deciding feeds); with
+    ``evaluate(node, inputs) -> outputs`` and ``types``, host-evaluable nodes are computed,
+    their outputs added to ``values`` and the nodes added to the set ``host``.  With
+    ``partial`` (build time, from probe dims) a node whose shape cannot be inferred gets
+    unknown (absent) output shapes instead of an error, unless ``strict``: then only a value
+    known at run time alone is tolerated, and a shape error is raised.  Any failure inside an op's rule is a
+    ShapeError naming the node and its input shapes, so a bad model or feed never reaches a
+    kernel.
     """
     for node in nodes:
-        op = ops[id(node)]
-        in_shapes = [known.get(name) if name else None for name in node.inputs]
-        in_values = [values.get(name) if name else None for name in node.inputs]
-        if partial and any(s is None for s, n in zip(in_shapes, node.inputs) if n):
+        op = ops[node]
+        inputs = node.inputs
+        in_shapes = [known.get(name) if name else None for name in inputs]
+        if partial and None in in_shapes and any(
+                s is None for s, n in zip(in_shapes, inputs) if n):
             continue
+        in_values = [values.get(name) if name else None for name in inputs]
         try:
             out_shapes = op.infer_shape(in_shapes, in_values)
         except ValueRequired as exc:
@@ -43,18 +80,48 @@ def infer_shapes(nodes, ops, known, values, partial=False):
                 continue
             raise UnsupportedOpError(str(exc), nodes=[(node.name, node.domain, node.op_type,
                                                        node.opset)]) from exc
+        except ShapeError:
+            if partial and not strict:
+                continue
+            raise
         except PplError:
             raise
-        except (ValueError, TypeError, IndexError, ZeroDivisionError) as exc:
+        except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            if partial and not strict:
+                continue
             raise op.shape_error(str(exc), in_shapes) from exc
-        if len(out_shapes) < len([o for o in node.outputs if o]):
+        outputs = node.outputs
+        if len(out_shapes) < len(outputs) and len(out_shapes) < len([o for o in outputs if o]):
             raise ShapeError(f"{node.describe()}: shape inference gave {len(out_shapes)} "
-                             f"shapes for {len(node.outputs)} outputs")
-        for name, dims in zip(node.outputs, out_shapes):
+                             f"shapes for {len(outputs)} outputs")
+        for name, dims in zip(outputs, out_shapes):
             if name:
-                dims = tuple(int(d) for d in dims)
+                if type(dims) is not tuple or not all(type(d) is int for d in dims):
+                    dims = tuple(int(d) for d in dims)
                 if any(d < 0 for d in dims):
+                    if partial and not strict:
+                        break
                     raise op.shape_error(f"inferred a negative output dim {list(dims)}",
                                          in_shapes)
                 known[name] = dims
+        if evaluate is not None and host_evaluable(node, op, types, known, values):
+            outputs = evaluate(node, in_values, in_shapes)
+            for name, value in zip(node.outputs, outputs):
+                if name:
+                    values[name] = value
+            host.add(node)
     return known
+
+
+def symbolic_dims(probe_a, probe_b, symbol_of):
+    """Merge two inferences made with different probe values for the free input dims:
+    a dim equal in both is static; one that follows a free input dim is that dim's name;
+    any other dim is unknown (None).  ``symbol_of`` maps (probe a, probe b) -> name."""
+    merged = {}
+    for name, dims_a in probe_a.items():
+        dims_b = probe_b.get(name)
+        if dims_b is None or len(dims_b) != len(dims_a):
+            merged[name] = tuple(None for _ in dims_a)
+            continue
+        merged[name] = tuple(a if a == b else symbol_of.get((a, b)) for a, b in zip(dims_a, dims_b))
+    return merged

@@ -1,9 +1,15 @@
-"""Reorder insertion: make every edge arrive in the format its consumer asked for.
+"""Format selection and reorder insertion: every value gets a data format, and every edge
+arrives in the format its consumer asked for.
 
-Walks the nodes in topological order, asks each op context for the formats it wants
-(``select_format``), and where a producer's format differs inserts a ``pplpy::Reorder``
-node.  ``(edge, format) -> reordered edge`` is memoised, so a tensor read by several
-consumers in the same format is reordered once.  Graph outputs are always NDARRAY.
+Guarantees to the next pass: each value record has ``format`` set; each node's inputs are in
+the formats its op context's ``select_format`` asked for; graph outputs are NDARRAY; the node
+order is topological.
+
+Walks the nodes in topological order, asks each op context for the formats it wants and
+where a producer's format differs inserts a ``pplpy::Reorder`` node.  ``(value, format) ->
+reordered value`` is memoised, so a value read by several consumers in the same format is
+reordered once.  Names stay readable: ``ReorderInput_<value>_of_<node>``.  Formats are chosen
+once, from ranks and constant shapes, and hold for every input shape a run may feed.
 """
 
 from pplpy.common.data_format import DataFormat
@@ -13,75 +19,79 @@ from pplpy.params.x86 import ReorderParam
 REORDER_DOMAIN = "pplpy"
 
 
-def reorder_node(graph, name, src_edge, dst_edge, src_format, dst_format):
-    """A pplpy::Reorder node converting ``src_edge`` into ``dst_edge``."""
-    return Node(
-        name=graph.unique_name(name),
-        op_type="Reorder",
-        domain=REORDER_DOMAIN,
-        opset=1,
-        inputs=[src_edge],
-        outputs=[dst_edge],
-        param=ReorderParam(src=src_format, dst=dst_format),
-    )
+def reorder_node(graph, name, src, dst, src_format, dst_format):
+    """A pplpy::Reorder node converting value ``src`` into ``dst``."""
+    return Node(graph.unique_name(name), "Reorder", REORDER_DOMAIN, 1, [src], [dst],
+                ReorderParam(src=src_format, dst=dst_format))
 
 
 def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
-    """Returns ``edge_formats`` (tensor -> DataFormat) after editing ``graph`` in place.
+    """Set every value's format and insert Reorder nodes, editing ``graph`` in place.
 
-    ``make_op(node)`` builds the op context of an inserted Reorder node (added to ``ops``).
+    ``shapes`` maps value names to build-time dims (absent where unknown); ``make_op(node)``
+    builds the op context of an inserted Reorder (added to ``ops``).  Returns the number of
+    reorders inserted.
     """
-    formats = {name: DataFormat.NDARRAY for name in graph.constants}
-    formats.update({v.name: DataFormat.NDARRAY for v in graph.inputs})
-    reordered = {}  # (edge, format) -> edge in that format
-    new_nodes = []
+    for name in graph.constants:
+        graph.values[name].format = DataFormat.NDARRAY
+    for info in graph.inputs:
+        graph.value(info.name).format = DataFormat.NDARRAY
+    reordered = {}  # (value, format) -> value in that format
+    inserted = 0
 
-    def reorder(edge, fmt, consumer_name):
-        key = (edge, fmt)
+    def reorder(src, fmt, consumer):
+        nonlocal inserted
+        key = (src, fmt)
         if key not in reordered:
-            out = graph.unique_name(f"{edge}_{fmt}")
-            node = reorder_node(graph, f"ReorderInput_{edge}_of_{consumer_name}", edge, out,
-                                formats[edge], fmt)
-            ops[id(node)] = make_op(node)
-            new_nodes.append(node)
-            formats[out] = fmt
-            shapes[out] = shapes.get(edge)
-            reordered[key] = out
+            dst = graph.unique_name(f"{src}_{fmt}")
+            node = reorder_node(graph, f"ReorderInput_{src}_of_{consumer.name}", src, dst,
+                                graph.values[src].format, fmt)
+            graph.add_node(node)
+            ops[node] = make_op(node)
+            graph.values[dst].format = fmt
+            graph.values[dst].dtype = graph.values[src].dtype
+            graph.values[dst].dims = graph.values[src].dims
+            if src in shapes:
+                shapes[dst] = shapes[src]
+            reordered[key] = dst
+            inserted += 1
         return reordered[key]
 
-    for node in list(graph.nodes):
-        op = ops[id(node)]
-        in_formats = [formats[name] if name else DataFormat.NDARRAY for name in node.inputs]
+    for node in graph.nodes:
+        op = ops[node]
+        in_formats = [graph.values[name].format if name else DataFormat.NDARRAY
+                      for name in node.inputs]
         in_shapes = [shapes.get(name) if name else None for name in node.inputs]
         wanted, out_formats = op.select_format(in_formats, in_shapes)
         for i, (name, have, want) in enumerate(zip(node.inputs, in_formats, wanted)):
             if name and have is not want:
-                node.inputs[i] = reorder(name, want, node.name)
-        new_nodes.append(node)
+                graph.set_input(node, i, reorder(name, want, node))
         for name, fmt in zip(node.outputs, out_formats):
             if name:
-                formats[name] = fmt
+                graph.values[name].format = fmt
 
-    # Graph outputs must be NDARRAY: rename the producer's output and let a Reorder write the
+    # Graph outputs are NDARRAY: the producer writes an inner value and a Reorder writes the
     # name the caller knows.
-    producers = {out: node for node in new_nodes for out in node.outputs}
     for info in graph.outputs:
         name = info.name
-        if formats.get(name, DataFormat.NDARRAY) is DataFormat.NDARRAY:
+        record = graph.values[name]
+        if record.format in (None, DataFormat.NDARRAY):
+            record.format = DataFormat.NDARRAY
             continue
-        inner = graph.unique_name(f"{name}_{formats[name]}")
-        producer = producers[name]
-        producer.outputs = [inner if o == name else o for o in producer.outputs]
-        for n in new_nodes:
-            n.inputs = [inner if i == name else i for i in n.inputs]
-        formats[inner] = formats[name]
-        shapes[inner] = shapes.get(name)
-        node = reorder_node(graph, f"ReorderOutput_{name}", inner, name, formats[inner],
+        inner = graph.unique_name(f"{name}_{record.format}")
+        producer = record.producer
+        graph.set_output(producer, list(producer.outputs).index(name), inner)
+        graph.replace_uses(name, inner)
+        inner_record = graph.values[inner]
+        inner_record.format, inner_record.dtype, inner_record.dims = (
+            record.format, record.dtype, record.dims)
+        if name in shapes:
+            shapes[inner] = shapes[name]
+        node = reorder_node(graph, f"ReorderOutput_{name}", inner, name, record.format,
                             DataFormat.NDARRAY)
-        ops[id(node)] = make_op(node)
-        new_nodes.append(node)
-        formats[name] = DataFormat.NDARRAY
-
-    graph.nodes = new_nodes
+        graph.add_node(node)
+        ops[node] = make_op(node)
+        record.format = DataFormat.NDARRAY
+        inserted += 1
     graph.topological_sort()
-    return formats
+    return inserted

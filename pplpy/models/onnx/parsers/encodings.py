@@ -10,6 +10,7 @@ from pplpy.params.onnx import (
     ClipParam,
     ConstantOfShapeParam,
     ConstantParam,
+    DropoutParam,
     SoftmaxParam,
     TensorValue,
 )
@@ -72,3 +73,9 @@ def parse_constant(node_proto, opset):
     if isinstance(value, TensorValue):
         return ConstantParam(value)
     return ConstantParam(TensorValue(np.array(value, dtype=_CONSTANT_ATTRIBUTES[name])))
+
+
+def parse_dropout(node_proto, opset):
+    """Dropout's ``ratio`` is an attribute until opset 11 and an input from 12 (only ``seed``
+    stays an attribute); one param class holds either encoding."""
+    return generic_parse(DropoutParam, node_proto)

@@ -13,8 +13,8 @@ import pplpy
 from pplpy.common.data_format import DataFormat
 from pplpy.common.tensor_shape import TensorShape
 from pplpy.engines.x86.engine import EngineOptions
-from pplpy.engines.x86.kernels.kernel import KernelContext
-from pplpy.engines.x86.optimizer.registry import find_op
+from pplpy.engines.x86.ops.kernel import KernelContext
+from pplpy.engines.x86.ops.declare import find_op
 from pplpy.ir import Node
 from pplpy.params.onnx import ConcatParam
 
@@ -91,7 +91,7 @@ def concat_model(shapes, dtype, axis, constant_index=None, opset=13):
 def test_concat_ndarray(tmp_path, isa, dtype, shapes, axis):
     model, feeds = concat_model(shapes, dtype, axis)
     rt = check(tmp_path, model, feeds, isa)
-    assert rt.plan.formats["y"] is NDARRAY
+    assert rt.formats["y"] is NDARRAY
 
 
 @pytest.mark.parametrize("opset", [4, 11, 13])
@@ -173,7 +173,7 @@ def test_concat_n16cx_after_conv(tmp_path, isa, channels):
     x = random_array((2, in_channels, 3, 5), np.float32)
     rt = check(tmp_path, model, {"x": x}, isa)
     (concat,) = [n for n in rt.graph.nodes if n.op_type == "Concat"]
-    formats = rt.plan.formats
+    formats = rt.formats
     assert [formats[name] for name in concat.inputs] == [N16CX] * len(channels)
     assert formats[concat.outputs[0]] is N16CX
 
@@ -195,7 +195,7 @@ def test_concat_n16cx_result_feeds_a_conv(tmp_path, isa):
     model = make_model(nodes, [value_info("x", np.float32, x.shape)],
                        [value_info("y", np.float32, None)], initializers)
     rt = check(tmp_path, model, {"x": x}, isa)
-    assert rt.plan.formats["ab"] is N16CX
+    assert rt.formats["ab"] is N16CX
 
 
 def test_concat_after_relu_formats_are_consistent(tmp_path, isa):
@@ -208,9 +208,9 @@ def test_concat_after_relu_formats_are_consistent(tmp_path, isa):
     feeds = {f"x{i}": random_array(s, np.float32) for i, s in enumerate(shapes)}
     rt = check(tmp_path, model, feeds, isa)
     (concat,) = [n for n in rt.graph.nodes if n.op_type == "Concat"]
-    in_formats = [rt.plan.formats[name] for name in concat.inputs]
+    in_formats = [rt.formats[name] for name in concat.inputs]
     expected = N16CX if all(f is N16CX for f in in_formats) else NDARRAY
-    assert rt.plan.formats[concat.outputs[0]] is expected
+    assert rt.formats[concat.outputs[0]] is expected
 
 
 # -- the N16CX kernel and the format choice, directly --------------------------------------

@@ -29,7 +29,8 @@ class ConvKernel(X86Kernel):
         self.packed_w = self.pack(w) if w is not None else None
         b = op.constant(2) if op.input_present(2) else None
         self.bias = np.ascontiguousarray(b, np.float32) if b is not None else None
-        self.post_op, self.p0, self.p1 = PostOp.NONE, 0.0, 0.0
+        post_ops = getattr(op, "post_ops", ())  # set by the fusion pass
+        self.post_op, self.p0, self.p1 = post_ops[0] if post_ops else (PostOp.NONE, 0.0, 0.0)
 
     def pack(self, w):
         w = np.ascontiguousarray(w, np.float32)

@@ -12,6 +12,7 @@ import numpy as np
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.canned import ANY_TYPE, same_shape_as_input
 from pplpy.engines.x86.ops.declare import op
+from pplpy.models.onnx.parsers.encodings import parse_dropout
 from pplpy.params.onnx import DropoutParam, FlattenParam, ReshapeParam, TransposeParam, UnsqueezeParam
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
@@ -165,8 +166,8 @@ class TransposeOp(ShapeOp):
         return TransposeKernel(self)
 
 
-@op("", "Dropout", since=7, param=DropoutParam)
-@op("", "Dropout", since=12, param=DropoutParam)  # ratio and training_mode became inputs
+@op("", "Dropout", since=7, param=DropoutParam, parse=parse_dropout)
+@op("", "Dropout", since=12, param=DropoutParam, parse=parse_dropout)  # ratio became an input
 class DropoutOp(ShapeOp):
     """Inference Dropout: y = x, mask all ones.  Training mode is not supported.
 

@@ -13,7 +13,7 @@
  * one exception is a Python step (a plugin kernel written in Python), which takes the GIL,
  * may raise, and then sets *error so that every thread stops after the next barrier.
  *
- * Plugins include this header through pplpy.build.get_include().
+ * Plugins compile against it through pplpy.build (get_include(), extension()).
  */
 #ifndef PPLPY_STEP_H
 #define PPLPY_STEP_H

@@ -1,0 +1,80 @@
+"""Fusion into post-ops: an activation that is the only reader of a Conv's or Gemm's output
+runs inside that kernel's epilogue, while the tile is still in registers (oneDNN's eltwise
+post-op, reference/000), instead of as a separate pass over memory.
+
+Guarantees to the next pass: a fused producer's op context lists its post-ops in
+``op.post_ops`` as ``(PostOp code, p0, p1)`` and writes the activation's output value; the
+activation node is gone.  Runs after reorder insertion, so formats already agree (an
+element-wise activation keeps its input's format).  ``X86Engine(fusion=False)`` (``pplnn
+--disable-fusion``) skips it.
+"""
+
+import math
+
+import numpy as np
+
+from pplpy.engines.x86.impls.post_ops import PostOp
+
+FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm")}
+MAX_POST_OPS = 1  # the conv and gemm epilogues apply one eltwise post-op today
+
+
+def activation_post_op(graph, node):
+    """The (code, p0, p1) of an activation node, or None when it is not fusable."""
+    if node.domain != "":
+        return None
+    if node.op_type == "Relu":
+        return (PostOp.RELU, 0.0, 0.0)
+    if node.op_type == "Sigmoid":
+        return (PostOp.SIGMOID, 0.0, 0.0)
+    if node.op_type == "LeakyRelu":
+        return (PostOp.LEAKY_RELU, float(node.param.alpha), 0.0)
+    if node.op_type == "Clip":
+        if node.param is not None:  # opset 6-10: attributes
+            lo, hi = node.param.min, node.param.max
+        else:
+            bounds = []
+            for index in (1, 2):
+                name = node.inputs[index] if index < len(node.inputs) else ""
+                if not name:
+                    bounds.append(None)
+                    continue
+                value = graph.constants.get(name)
+                if value is None or value.size != 1:
+                    return None  # bounds computed at run time: keep the node
+                bounds.append(float(np.asarray(value).reshape(-1)[0]))
+            lo, hi = bounds
+        lo = -math.inf if lo is None else lo
+        hi = math.inf if hi is None else hi
+        if math.isnan(lo) or math.isnan(hi):
+            return None
+        return (PostOp.CLIP, lo, hi)
+    return None
+
+
+def fuse_post_ops(graph, ops):
+    """Fold activations into their Conv/Gemm producers; returns the number fused."""
+    fused = 0
+    for node in graph.nodes:
+        if node not in graph or node.key not in FUSING_PRODUCERS or len(node.outputs) != 1:
+            continue
+        while True:
+            out = node.outputs[0]
+            readers = graph.uses(out)
+            if len(readers) != 1 or graph.is_graph_output(out):
+                break
+            activation, index = readers[0]
+            post = activation_post_op(graph, activation)
+            op = ops[node]
+            post_ops = list(getattr(op, "post_ops", ()))
+            if post is None or index != 0 or len(post_ops) >= MAX_POST_OPS:
+                break
+            if graph.values[activation.outputs[0]].format is not graph.values[out].format:
+                break
+            result = activation.outputs[0]
+            graph.remove_node(activation)
+            graph.set_output(node, 0, result)
+            op.post_ops = post_ops + [post]
+            del ops[activation]
+            fused += 1
+    return fused

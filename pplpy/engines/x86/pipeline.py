@@ -1,0 +1,185 @@
+"""The x86 engine's pipeline: what happens to a graph between the parser and the runtime,
+as an ordered list of passes.  Read top to bottom, this is the engine.
+
+Each pass is a function ``run(state) -> summary`` of an ``EngineState``; its docstring (or its
+module's) says what it guarantees to the passes after it.  ``pplnn --dump-graph PASS`` prints
+the graph after any named pass.
+"""
+
+from dataclasses import dataclass, field
+
+from pplpy.common.data_format import DataFormat
+from pplpy.common.data_type import DataType
+from pplpy.engines.x86.passes.fuse_post_ops import fuse_post_ops
+from pplpy.engines.x86.passes.inference import infer_shapes, infer_types, symbolic_dims
+from pplpy.engines.x86.passes.reorder_insertion import select_formats_and_insert_reorders
+from pplpy.errors import PplError
+from pplpy.optimizer import PassContext
+
+# Free input dims take these values while shapes are inferred at build time; a dim that
+# changes between the two inferences depends on a free dim (see inference.symbolic_dims).
+PROBE_DIMS = (64, 65)
+
+
+@dataclass
+class EngineState:
+    """What the passes share: the graph, one op context per node, kernels once made."""
+
+    engine: object  # X86Engine
+    graph: object  # ir.Graph
+    input_dims: dict  # input name -> dims tuple of int | str (symbolic) | None
+    pass_manager: object  # optimizer.PassManager (graph rewrites)
+    ops: dict = field(default_factory=dict)  # Node -> op context
+    kernels: dict = field(default_factory=dict)  # Node -> kernel
+    shapes: dict = field(default_factory=dict)  # value -> build-time dims (probe values)
+    log: list = field(default_factory=list)  # (pass name, summary)
+    released: dict = field(default_factory=dict)  # constant -> bytes dropped after packing
+    rewrites: int = 0  # changes the graph rewrites made
+
+
+def create_op_contexts(state):
+    """Every node gets its op context (the registry was checked before: all nodes are
+    supported)."""
+    state.ops = {node: state.engine.create_op(node) for node in state.graph.nodes}
+    return f"{len(state.ops)} op contexts"
+
+
+def infer(state):
+    """Every value record gets its element type and dims: ints where static, the input's dim
+    name where it follows a free input dim, None where unknown.  Errors in a model's shapes
+    surface here, before anything is built."""
+    graph, ops = state.graph, state.ops
+    for node in graph.nodes:  # constants folded since the last inference
+        ops.setdefault(node, state.engine.create_op(node))
+    for node in [n for n in ops if n not in graph]:
+        del ops[node]
+    for node, op in ops.items():
+        op.constants = {i: graph.constants[name] for i, name in enumerate(node.inputs)
+                        if name in graph.constants}
+    types = {name: DataType.from_numpy(graph.constants[name].dtype) for name in graph.constants}
+    types.update({v.name: v.data_type for v in graph.inputs})
+    infer_types(graph.nodes, ops, types)
+    probes, symbols = [], {}
+    free = [(name, i, d) for name, dims in state.input_dims.items()
+            for i, d in enumerate(dims) if not isinstance(d, int)]
+    for probe in range(2 if free else 1):
+        dims = {}
+        for name, declared in state.input_dims.items():
+            dims[name] = tuple(d if isinstance(d, int) else PROBE_DIMS[probe] + 2 * k
+                               for k, d in enumerate(declared))
+        for k, (name, i, d) in enumerate(free):
+            symbols[(PROBE_DIMS[0] + 2 * i, PROBE_DIMS[1] + 2 * i)] = d if isinstance(d, str) \
+                else None
+        shapes = {name: tuple(v.shape) for name, v in graph.constants.items()}
+        shapes.update(dims)
+        values = dict(graph.constants)
+        # With free dims, a probe value may be one the model cannot take (a 3x3 conv on a
+        # free width of 1): shapes that fail stay unknown until a run feeds real ones.
+        # Without, a shape error is the model's and is reported now.
+        infer_shapes(graph.nodes, ops, shapes, values, partial=True, types=types,
+                     evaluate=state.engine.evaluate_op, host=set(), strict=not free)
+        probes.append(shapes)
+    state.shapes = probes[0]
+    merged = symbolic_dims(probes[0], probes[-1], symbols) if free else probes[0]
+    for name, record in graph.values.items():
+        record.dtype = types.get(name, record.dtype)
+        if name in merged:
+            record.dims = merged[name]
+    return f"{len(types)} types, {len(merged)} shapes" + (f", {len(free)} free dims"
+                                                         if free else "")
+
+
+def graph_rewrites(state):
+    """The engine-independent passes (pplpy.optimizer): constant folding with this engine's
+    kernels, dead code, and what the graph optimiser adds.  Layout does not exist yet."""
+    before = len(state.graph)
+    pm = state.pass_manager
+    start = len(pm.log)
+    pm.run(state.graph, PassContext(evaluate=state.engine.evaluate))
+    state.rewrites = sum(changes for _, changes in pm.log[start:])
+    return f"{state.rewrites} changes, {before} -> {len(state.graph)} nodes"
+
+
+def infer_after_rewrites(state):
+    """Rewrites changed the graph: refresh the value records (nothing to do if they did
+    not)."""
+    return infer(state) if state.rewrites else "unchanged"
+
+
+def select_formats(state):
+    """Formats (NDARRAY or N16CX) for every value and Reorder nodes where they differ; see
+    passes/reorder_insertion.py."""
+    engine = state.engine
+    inserted = select_formats_and_insert_reorders(state.graph, state.ops, state.shapes,
+                                                  engine.create_op)
+    for name, record in state.graph.values.items():
+        if record.format is DataFormat.N16CX and record.dtype is not DataType.FLOAT32:
+            raise PplError(f'value "{name}": N16CX needs float32, got {record.dtype}')
+    return f"{inserted} reorders"
+
+
+def fuse(state):
+    """Activations into Conv/Gemm post-ops; see passes/fuse_post_ops.py."""
+    if not state.engine.options.fusion:
+        return "off"
+    return f"{fuse_post_ops(state.graph, state.ops)} fused"
+
+
+def create_kernels(state):
+    """Each node's kernel, made once with its op context's frozen params: algorithm choice
+    that does not depend on input shapes and weight packing happen here, so every runtime
+    shares packed weights.  (Per-shape algorithm choice happens in ``make_step``.)"""
+    graph = state.graph
+    for node in graph.nodes:
+        op = state.ops[node]
+        op.constants = {i: graph.constants[name] for i, name in enumerate(node.inputs)
+                        if name in graph.constants}
+    state.kernels = {node: state.ops[node].create_kernel() for node in graph.nodes}
+    return f"{len(state.kernels)} kernels"
+
+
+def release_raw_weights(state):
+    """Drop the raw data of constants that every reader copied into its kernel (packed
+    weights): weights are then held once.  Value records keep their dims and type."""
+    graph = state.graph
+    released = 0
+    for name in list(graph.constants):
+        uses = graph.uses(name)
+        if uses and not graph.is_graph_output(name) and all(
+                index in state.kernels[node].packed_inputs for node, index in uses):
+            record = graph.values[name]
+            record.dims = tuple(record.const.shape)
+            record.dtype = DataType.from_numpy(record.const.dtype)
+            state.released[name] = record.const.nbytes
+            del graph.constants[name]
+            for node, index in uses:
+                state.ops[node].constants.pop(index, None)
+            released += 1
+    return f"{released} raw weights released"
+
+
+# The pipeline.  Order matters where a comment says why.
+PIPELINE = (
+    ("create_op_contexts", create_op_contexts),
+    # Inference first: a model with inconsistent shapes fails before any work is done.
+    ("infer", infer),
+    ("graph_rewrites", graph_rewrites),
+    ("infer_after_rewrites", infer_after_rewrites),
+    ("select_formats", select_formats),
+    # After formats: fusion only joins nodes whose formats already agree.
+    ("fuse_post_ops", fuse),
+    ("create_kernels", create_kernels),
+    # Last: packing has copied what it needs.
+    ("release_raw_weights", release_raw_weights),
+)
+
+PASS_NAMES = tuple(name for name, _ in PIPELINE)
+
+
+def run_pipeline(state, on_pass=None):
+    """Run every pass in order; ``on_pass(name, state)`` is called after each."""
+    for name, run in PIPELINE:
+        state.log.append((name, run(state)))
+        if on_pass is not None:
+            on_pass(name, state)
+    return state

@@ -1,0 +1,144 @@
+"""ExecutionPlan: everything about a run that depends on the input shapes, made once per
+input-shape signature and cached by the Runtime.
+
+    feeds' shapes (+ values of value-deciding feeds)
+      --shape inference, host evaluation of shape values (passes/inference.py)-->
+      --memory plan: one arena, live intervals (memory_planner.py)-->
+      --kernel.make_step(io) for every node not evaluated on the host-->
+      --step.Plan: the compiled step array, run in one nogil call
+
+Weights are not touched: kernels packed them once when the runtime was built.
+"""
+
+import numpy as np
+
+from pplpy.common.data_format import DataFormat
+from pplpy.common.tensor_shape import TensorShape
+from pplpy.engines.x86.engine import run_once
+from pplpy.engines.x86.ops.kernel import Slot, StepIO
+from pplpy.engines.x86.passes.inference import infer_shapes
+from pplpy.errors import ShapeError
+from pplpy.runtime.memory_planner import ALIGNMENT, Buffer, plan_memory
+from pplpy.runtime.step import Plan
+
+# A single value or arena larger than this is refused with a ShapeError instead of an
+# allocation failure deep inside numpy.
+MAX_ARENA_BYTES = 1 << 40
+
+
+class ExecutionPlan:
+    def __init__(self, result, feeds, value_feeds, num_threads):
+        """``feeds``: input name -> array (shapes of all, values of ``value_feeds``)."""
+        graph = result.graph
+        nodes = graph.nodes
+        self.graph = graph
+        records = graph.values
+        types = {name: record.dtype for name, record in records.items()}
+        shapes = {}
+        for name, record in records.items():
+            if record.producer is None and record.dims is not None and name not in feeds:
+                shapes[name] = tuple(record.dims)  # constants, released weights
+        shapes.update({name: tuple(array.shape) for name, array in feeds.items()})
+        values = dict(graph.constants)
+        values.update({name: feeds[name] for name in value_feeds})
+        host = set()
+
+        def evaluate(node, inputs, in_shapes):
+            return run_once(result.ops[node], result.kernels[node], inputs, in_shapes)
+
+        infer_shapes(nodes, result.ops, shapes, values, types=types, evaluate=evaluate,
+                     host=host)
+        self.shapes = shapes
+        self.host_values = {name: values[name] for node in host for name in node.outputs
+                            if name}
+        step_nodes = [node for node in nodes if node not in host]
+
+        def tensor_shape(name):
+            record = records[name]
+            return TensorShape(shapes[name], types[name], record.format or DataFormat.NDARRAY)
+
+        # -- memory: graph inputs and every value a step writes live in one arena ----------
+        last_step = len(step_nodes)
+        first, last = {}, {}
+        for name in feeds:
+            first[name] = last[name] = 0
+        for index, node in enumerate(step_nodes):
+            for name in node.inputs:
+                if name in first:
+                    last[name] = index
+            for name in node.outputs:
+                if name:
+                    first.setdefault(name, index)
+                    last[name] = max(last.get(name, index), index)
+        for name in graph.output_names:
+            if name in first:
+                last[name] = last_step
+        self.tensor_shapes = {name: tensor_shape(name) for name in first}
+        buffers = []
+        for name in first:
+            nbytes = self.tensor_shapes[name].bytes
+            if nbytes > MAX_ARENA_BYTES:
+                raise ShapeError(f'value "{name}" would take {nbytes} bytes '
+                                 f"{self.tensor_shapes[name]}: larger than pplpy's limit of "
+                                 f"{MAX_ARENA_BYTES}; check the input shapes")
+            buffers.append(Buffer(name, nbytes, first[name], last[name]))
+        offsets, total = plan_memory(buffers)
+        raw = np.empty(total + ALIGNMENT, np.uint8)
+        start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
+        self.arena = raw[start:start + total]
+        self._raw = raw
+        self.arena_bytes = total
+        views = {}
+        for name, offset in offsets.items():
+            ts = self.tensor_shapes[name]
+            views[name] = (self.arena[offset:offset + ts.bytes].view(ts.data_type.numpy)
+                           .reshape(ts.physical_dims))
+        self.views = views
+
+        # -- steps ----------------------------------------------------------------------
+        def slot(name):
+            if not name:
+                return None
+            if name in views:
+                return Slot(self.tensor_shapes[name], views[name])
+            if name in result.released:  # packed into the kernel: only the shape remains
+                return Slot(TensorShape(shapes[name], types[name]), None)
+            array = np.ascontiguousarray(values[name])
+            return Slot(TensorShape(array.shape, types[name]), array)
+
+        steps, self.step_nodes = [], []
+        for node in step_nodes:
+            io = StepIO([slot(n) for n in node.inputs], [slot(n) for n in node.outputs],
+                        num_threads)
+            step = result.kernels[node].make_step(io)
+            if step is None:
+                continue
+            step.label = node.name
+            steps.append(step)
+            self.step_nodes.append(node)
+        self.plan = Plan(steps, num_threads)
+        self.input_views = {name: views[name] for name in feeds}
+
+    @property
+    def plan_bytes(self):
+        return 64 * len(self.plan)
+
+    def run(self, feeds, profiler=None):
+        """Copy ``feeds`` in, run every step, and return copies of the outputs."""
+        for name, array in feeds.items():
+            np.copyto(self.input_views[name], array)
+        if profiler is not None and profiler.enabled:
+            for node, seconds in zip(self.step_nodes, self.plan.run_profiled()):
+                profiler.record(node, seconds)
+            profiler.runs += 1
+        else:
+            self.plan.run()
+        outputs = {}
+        for name in self.graph.output_names:
+            if name in self.views:
+                outputs[name] = self.views[name].copy()
+            elif name in self.host_values:
+                outputs[name] = np.array(self.host_values[name], copy=True)
+            else:
+                outputs[name] = np.array(self.graph.constants[name], copy=True)
+        return outputs

@@ -1,0 +1,208 @@
+"""The runtime: compiled plans cached per input-shape signature, a Python plugin op as a step
+between compiled ones, calls from many threads, outputs the caller owns."""
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import pplpy
+from pplpy.common.data_format import DataFormat
+from pplpy.engines.x86 import X86Kernel, X86OptKernel, op
+from pplpy.engines.x86.ops.canned import follow_input_format, same_shape_as_input
+from pplpy.runtime.step import PythonStep
+
+RNG = np.random.default_rng(7)
+
+
+def cnn(batch="N", channels=8):
+    """Conv -> Relu -> Conv -> Add(residual) -> GlobalAveragePool, with a free batch."""
+    c = channels
+    w1 = RNG.standard_normal((c, 3, 3, 3)).astype(np.float32) * 0.3
+    w2 = RNG.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.2
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["b", "r"], ["s"]),
+        helper.make_node("GlobalAveragePool", ["s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_builtin_ops_are_compiled_steps(save_model):
+    rt = pplpy.load(save_model(cnn()), num_threads=2)
+    rt.run({"x": RNG.standard_normal((2, 3, 10, 10)).astype(np.float32)})
+    steps = rt._last.plan.steps
+    assert steps and not any(isinstance(s, PythonStep) for s in steps), steps
+
+
+def test_plans_are_cached_per_shape_signature(save_model):
+    model = cnn()
+    rt = pplpy.load(save_model(model), num_threads=2, plan_cache_size=2)
+    ref = ReferenceEvaluator(model)
+    xs = {n: RNG.standard_normal((n, 3, 10, 10)).astype(np.float32) for n in (1, 3, 5)}
+    for n in (1, 3, 5, 5, 1):
+        got = rt.run({"x": xs[n]})["y"]
+        np.testing.assert_allclose(got, ref.run(None, {"x": xs[n]})[0], rtol=1e-4, atol=1e-5)
+    assert rt.plan_misses == 4  # 1, 3, 5 new; 5 cached; 1 was evicted by the LRU of size 2
+    assert rt.memory()["cached_plans"] == 2
+
+
+def test_symbolic_dims_are_recorded(save_model):
+    rt = pplpy.load(save_model(cnn()))
+    assert rt.graph.values["x"].dims == ("N", 3, 10, 10)
+    assert rt.outputs[0].dims == ("N", 8, 1, 1)
+
+
+def test_in_shapes_fix_free_dims_at_load(save_model):
+    rt = pplpy.load(save_model(cnn()), in_shapes={"x": [2, 3, 10, 10]})
+    assert rt.input_shapes["x"] == (2, 3, 10, 10)
+    with pytest.raises(pplpy.InputError):
+        rt.run({"x": np.zeros((3, 3, 10, 10), np.float32)})
+
+
+def test_outputs_are_owned_by_the_caller(save_model):
+    rt = pplpy.load(save_model(cnn()))
+    x = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32)
+    first = rt.run({"x": x})["y"]
+    kept = first.copy()
+    rt.run({"x": x * 2})
+    np.testing.assert_array_equal(first, kept)
+
+
+def test_raw_weights_are_released_after_packing(save_model):
+    rt = pplpy.load(save_model(cnn()))
+    assert not rt.graph.constants  # both conv weights live only in their packed form
+    assert set(rt.result.released) == {"w1", "w2"}
+    assert rt.memory()["weights"] > 0
+
+
+@pytest.mark.parametrize("shared", ["one runtime", "builder runtimes"])
+def test_many_threads_give_single_thread_results(save_model, shared):
+    path = save_model(cnn())
+    builder = pplpy.RuntimeBuilder.from_onnx(path, engines=[pplpy.X86Engine(num_threads=2)])
+    single = builder.create_runtime()
+    xs = [RNG.standard_normal((1 + i % 3, 3, 10, 10)).astype(np.float32) for i in range(16)]
+    want = [single.run({"x": x})["y"] for x in xs]
+    runtimes = [single] * 8 if shared == "one runtime" else [builder.create_runtime()
+                                                             for _ in range(8)]
+    failures = []
+
+    def work(t):
+        for i in range(100):
+            k = (t * 7 + i) % len(xs)
+            got = runtimes[t].run({"x": xs[k]})["y"]
+            if not np.array_equal(got, want[k]):
+                failures.append((t, i))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+class DoubleKernel(X86Kernel):
+    def do_execute(self, ctx):
+        np.multiply(ctx.inputs[0], np.float32(2), out=ctx.outputs[0])
+
+
+@op("test.runtime", "Double", since=1)
+class DoubleOp(X86OptKernel):
+    """y = 2x, written in Python: a step that takes the GIL for its own call."""
+
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
+    infer_shape = same_shape_as_input
+    select_format = follow_input_format
+
+    def create_kernel(self):
+        return DoubleKernel(self)
+
+
+class FailingKernel(X86Kernel):
+    def do_execute(self, ctx):
+        if float(ctx.inputs[0].reshape(-1)[0]) > 100:
+            raise ValueError("input too large for this plugin")
+        ctx.outputs[0][...] = ctx.inputs[0]
+
+
+@op("test.runtime", "Fussy", since=1)
+class FussyOp(DoubleOp):
+    def create_kernel(self):
+        return FailingKernel(self)
+
+
+def plugin_model(op_type):
+    w = RNG.standard_normal((8, 3, 1, 1)).astype(np.float32)
+    w2 = RNG.standard_normal((4, 8, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]),
+             helper.make_node(op_type, ["a"], ["d"], domain="test.runtime"),
+             helper.make_node("Conv", ["d", "w2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "plugin", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("test.runtime", 1)])
+
+
+def test_python_plugin_op_between_compiled_ops_at_two_threads(save_model):
+    rt = pplpy.load(save_model(plugin_model("Double")), num_threads=2)
+    x = RNG.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    rt.run({"x": x})
+    kinds = [type(s).__name__ for s in rt._last.plan.steps]
+    assert "PythonStep" in kinds and kinds.count("Step") >= 2
+    assert rt.formats["a"] is DataFormat.N16CX and rt.formats["d"] is DataFormat.N16CX
+    ref = pplpy.load(save_model(plugin_model("Double")), num_threads=1)
+    np.testing.assert_allclose(rt.run({"x": x})["y"], ref.run({"x": x})["y"], rtol=1e-6)
+
+
+def test_a_failing_python_step_raises_and_leaves_the_runtime_usable(save_model):
+    rt = pplpy.load(save_model(plugin_model("Fussy")), num_threads=2)
+    good = RNG.standard_normal((2, 3, 5, 5)).astype(np.float32) * 0.01
+    want = rt.run({"x": good})["y"]
+    with pytest.raises(ValueError, match="too large"):
+        rt.run({"x": np.full((2, 3, 5, 5), 1e4, np.float32)})
+    np.testing.assert_array_equal(rt.run({"x": good})["y"], want)
+
+
+def shape_subgraph_model():
+    """PyTorch's spelling of flatten: Shape -> Gather(0) -> Unsqueeze -> Concat([-1]) ->
+    Reshape, after a Relu, with a free batch."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Shape", ["r"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "flatten", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 3, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+         numpy_helper.from_array(np.array([0], np.int64), "axes"),
+         numpy_helper.from_array(np.array([-1], np.int64), "minus_one")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_subgraph_is_evaluated_on_the_host_at_each_shape(save_model):
+    model = shape_subgraph_model()
+    rt = pplpy.load(save_model(model), num_threads=2)
+    ref = ReferenceEvaluator(model)
+    for n in (1, 3, 5, 1):
+        x = RNG.standard_normal((n, 4, 3, 2)).astype(np.float32)
+        np.testing.assert_array_equal(rt.run({"x": x})["y"], ref.run(None, {"x": x})[0])
+        labels = [s.label for s in rt._last.plan.steps]
+        assert not any(name.startswith(("Shape", "Gather", "Unsqueeze", "Concat"))
+                       for name in labels), labels  # host-evaluated, not steps
+    assert rt.plan_misses == 3  # the first shape came back from the cache
