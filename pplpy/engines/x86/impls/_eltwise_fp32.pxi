@@ -23,6 +23,7 @@
 # them with run_steps, so tests and the runtime take one code path.
 
 from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.math cimport NAN
 from libc.string cimport memcpy, memset
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
@@ -103,22 +104,36 @@ cdef struct _ActivationArgs:
     Py_ssize_t n
     int code
     float p0, p1
+    const float *p0_at      # NULL, or where p0 is read when the step runs
+    const float *p1_at
 
 
 cdef void _activation_step(const void *a, int tid, int nthreads) noexcept nogil:
     cdef const _ActivationArgs *args = <const _ActivationArgs *>a
-    cdef Py_ssize_t b, e
+    cdef Py_ssize_t b, e, i
+    cdef float p0 = args.p0_at[0] if args.p0_at != NULL else args.p0
+    cdef float p1 = args.p1_at[0] if args.p1_at != NULL else args.p1
+    cdef float nan = NAN
     _share(args.n, tid, nthreads, &b, &e)
-    if b < e:
-        ppl_activation(args.x + b, args.y + b, e - b, args.code, args.p0, args.p1)
+    if b >= e:
+        return
+    if args.code == PPL_ACT_CLIP and (p0 != p0 or p1 != p1):
+        # A NaN bound makes every output NaN, as np.clip (onnx.reference) does.
+        for i in range(b, e):
+            args.y[i] = nan
+        return
+    ppl_activation(args.x + b, args.y + b, e - b, args.code, p0, p1)
 
 
-def make_activation_step(size_t x, size_t y, Py_ssize_t n, int code, float p0=0, float p1=0):
+def make_activation_step(size_t x, size_t y, Py_ssize_t n, int code, float p0=0, float p1=0,
+                         size_t p0_at=0, size_t p1_at=0):
     """y[i] = f(x[i]) for i < n, f the activation ``code`` (post_ops.PostOp) with params p0, p1.
 
-    Layout-agnostic: an N16CX tensor is one flat buffer of its padded size, since every
-    activation maps the zero padding lanes to finite values (see _activation_fp32.h).
-    x == y is allowed.
+    p0_at / p1_at, when not 0, are addresses of float32 scalars that the step reads each time
+    it runs instead of p0 / p1 (Clip's min and max fed or computed at run time).  A NaN Clip
+    bound gives NaN everywhere, as np.clip.  Layout-agnostic: an N16CX tensor is one flat
+    buffer of its padded size, since every activation maps the zero padding lanes to finite
+    values (see _activation_fp32.h).  x == y is allowed.
     """
     if code not in _ACTIVATIONS:
         raise ValueError(f"activation code {code}: expected one of {sorted(_ACTIVATIONS)} "
@@ -135,6 +150,8 @@ def make_activation_step(size_t x, size_t y, Py_ssize_t n, int code, float p0=0,
     args.code = code
     args.p0 = p0
     args.p1 = p1
+    args.p0_at = <const float *>p0_at
+    args.p1_at = <const float *>p1_at
     step.label = "activation"
     return step
 
