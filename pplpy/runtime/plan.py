@@ -43,8 +43,9 @@ class ExecutionPlan:
         values.update({name: feeds[name] for name in value_feeds})
         host = set()
 
-        def evaluate(node, inputs, in_shapes):
-            return run_once(result.ops[node], result.kernels[node], inputs, in_shapes)
+        def evaluate(node, inputs, in_shapes, in_types):
+            return run_once(result.ops[node], result.kernels[node], inputs, in_shapes, 1,
+                            in_types)
 
         infer_shapes(nodes, result.ops, shapes, values, types=types, evaluate=evaluate,
                      host=host)
@@ -94,6 +95,10 @@ class ExecutionPlan:
             views[name] = (self.arena[offset:offset + ts.bytes].view(ts.data_type.numpy)
                            .reshape(ts.physical_dims))
         self.views = views
+        # Feeds whose values decide shapes are part of the signature: their values are fixed
+        # for this plan, and a kernel making its step may read them (Slice's starts).
+        for name in value_feeds:
+            np.copyto(views[name], feeds[name])
 
         # -- steps ----------------------------------------------------------------------
         def slot(name):

@@ -156,13 +156,14 @@ def plugin_model(op_type):
 
 
 def test_python_plugin_op_between_compiled_ops_at_two_threads(save_model):
-    rt = pplpy.load(save_model(plugin_model("Double")), num_threads=2)
+    path = save_model(plugin_model("Double"))
+    rt = pplpy.load(path, num_threads=2)
     x = RNG.standard_normal((2, 3, 5, 5)).astype(np.float32)
     rt.run({"x": x})
     kinds = [type(s).__name__ for s in rt._last.plan.steps]
     assert "PythonStep" in kinds and kinds.count("Step") >= 2
     assert rt.formats["a"] is DataFormat.N16CX and rt.formats["d"] is DataFormat.N16CX
-    ref = pplpy.load(save_model(plugin_model("Double")), num_threads=1)
+    ref = pplpy.load(path, num_threads=1)
     np.testing.assert_allclose(rt.run({"x": x})["y"], ref.run({"x": x})["y"], rtol=1e-6)
 
 

@@ -107,17 +107,23 @@ class X86Engine:
         return self.evaluate_op(node, inputs, [None if v is None else tuple(v.shape)
                                                for v in inputs])
 
-    def evaluate_op(self, node, inputs, in_shapes):
+    def evaluate_op(self, node, inputs, in_shapes, in_types=None):
         constants = {name: value for name, value in zip(node.inputs, inputs)
                      if name and value is not None}
         op = self.create_op(node, constants)
-        return run_once(op, op.create_kernel(), inputs, in_shapes, self.options.num_threads)
+        return run_once(op, op.create_kernel(), inputs, in_shapes, self.options.num_threads,
+                        in_types)
 
 
-def run_once(op, kernel, inputs, in_shapes, num_threads=1):
-    """Outputs of ``kernel`` on numpy ``inputs`` (None where absent), as new arrays."""
+def run_once(op, kernel, inputs, in_shapes, num_threads=1, in_types=None):
+    """Outputs of ``kernel`` on numpy ``inputs`` (None where absent), as new arrays.
+
+    An input whose value is unknown but whose dims are (Shape reads only dims) gets a slot
+    with its TensorShape and no array."""
     node = op.node
-    in_types = [DataType.from_numpy(v.dtype) if v is not None else None for v in inputs]
+    given = in_types or [None] * len(inputs)
+    in_types = [DataType.from_numpy(v.dtype) if v is not None else t
+                for v, t in zip(inputs, given)]
     out_types = op.infer_type(in_types)
     known = {name: tuple(s) for name, s in zip(node.inputs, in_shapes) if name and s is not None}
     values = {name: v for name, v in zip(node.inputs, inputs) if name and v is not None}
@@ -125,9 +131,16 @@ def run_once(op, kernel, inputs, in_shapes, num_threads=1):
     outputs = [np.empty(known[name], t.numpy) if name else None
                for name, t in zip(node.outputs, out_types)]
     arrays = [np.ascontiguousarray(v) if v is not None else None for v in inputs]
+    in_slots = []
+    for a, dims, t in zip(arrays, in_shapes, in_types):
+        if a is not None:
+            in_slots.append(Slot(TensorShape(a.shape, DataType.from_numpy(a.dtype)), a))
+        elif dims is not None and t is not None:
+            in_slots.append(Slot(TensorShape(dims, t), None))
+        else:
+            in_slots.append(None)
     io = StepIO(
-        [Slot(TensorShape(a.shape, DataType.from_numpy(a.dtype)), a) if a is not None else None
-         for a in arrays],
+        in_slots,
         [Slot(TensorShape(o.shape, t), o) if o is not None else None
          for o, t in zip(outputs, out_types)],
         num_threads,

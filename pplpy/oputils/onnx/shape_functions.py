@@ -135,3 +135,55 @@ def matmul_shape(a, b):
     if len(b) == 1:
         out = out[:-1]
     return tuple(out)
+
+
+def squeeze_shape(in_shape, axes):
+    """ONNX Squeeze: drop the size-1 dims at ``axes`` (None: every size-1 dim)."""
+    rank = len(in_shape)
+    if axes is None:
+        return tuple(d for d in in_shape if d != 1)
+    axes = [normalize_axis(int(a), rank, "axes entry") for a in axes]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"axes {list(axes)} has duplicates")
+    for a in axes:
+        if in_shape[a] != 1:
+            raise ValueError(f"cannot squeeze axis {a} of size {in_shape[a]}")
+    return tuple(d for i, d in enumerate(in_shape) if i not in axes)
+
+
+def shape_slice(rank, start=0, end=None):
+    """ONNX Shape-15's range of dims, Python-style: negative counts from the back, out of
+    range clamps.  Returns (first, last) with first <= last."""
+    first, last, _ = slice(start, end).indices(rank)
+    return first, max(first, last)
+
+
+def gather_shape(data_shape, indices_shape, axis):
+    """ONNX Gather: data dims with ``axis`` replaced by the indices' dims."""
+    axis = normalize_axis(axis, len(data_shape))
+    return tuple(data_shape[:axis]) + tuple(indices_shape) + tuple(data_shape[axis + 1:]), axis
+
+
+def slice_geometry(in_shape, starts, ends, axes=None, steps=None):
+    """ONNX Slice: (output dims, first index per dim, step per dim).
+
+    Starts and ends clamp as Python slices do (ONNX's rule: negative adds the dim, then clamp
+    to [0, dim] for a positive step or [-1, dim - 1] for a negative one); a step is never 0.
+    """
+    rank = len(in_shape)
+    starts, ends = [int(v) for v in starts], [int(v) for v in ends]
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ValueError(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} must "
+                         f"have one entry per sliced axis")
+    axes = [normalize_axis(a, rank, "axes entry") for a in axes]
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"axes {axes} has duplicates")
+    dims, firsts, strides = list(in_shape), [0] * rank, [1] * rank
+    for a, start, end, step in zip(axes, starts, ends, steps):
+        if step == 0:
+            raise ValueError(f"steps {steps} has a 0")
+        r = range(*slice(start, end, step).indices(in_shape[a]))
+        dims[a], firsts[a], strides[a] = len(r), r.start, step
+    return tuple(dims), firsts, strides

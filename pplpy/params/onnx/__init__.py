@@ -8,6 +8,7 @@ from pplpy.params.onnx.activation_param import ClipParam, LeakyReluParam
 from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam, DropoutParam
 from pplpy.params.onnx.conv_param import ConvParam
 from pplpy.params.onnx.gemm_param import GemmParam
+from pplpy.params.onnx.indexing_param import GatherParam, ShapeParam, SliceParam, SqueezeParam
 from pplpy.params.onnx.normalization_param import (
     BatchNormalizationParam,
     LRNParam,
@@ -26,6 +27,7 @@ from pplpy.params.onnx.tensor_value import TensorValue
 __all__ = [
     "AveragePoolParam", "BatchNormalizationParam", "ClipParam", "ConcatParam",
     "ConstantOfShapeParam", "ConstantParam", "ConvParam", "DropoutParam", "FlattenParam",
-    "GemmParam", "LRNParam", "LeakyReluParam", "MaxPoolParam", "ReshapeParam",
-    "SoftmaxParam", "TensorValue", "TransposeParam", "UnsqueezeParam",
+    "GatherParam", "GemmParam", "LRNParam", "LeakyReluParam", "MaxPoolParam", "ReshapeParam",
+    "ShapeParam", "SliceParam", "SoftmaxParam", "SqueezeParam", "TensorValue", "TransposeParam",
+    "UnsqueezeParam",
 ]

@@ -1,11 +1,13 @@
-# Reorders between NDARRAY (N, C, S) and N16CX (N, ceil(C/16), S, 16) float32.
+# Reorders between NDARRAY (N, C, S) and N16CX (N, ceil(C/16), S, 16) float32, as steps of
+# the run plan (make_reorder_step); the two wrappers below run one such step, for tests.
 #
 # Written once and included by _reorder_fp32_{avx512,fma,sse}.pyx.  A reorder is a
 # transpose of each 16-channel block between (16, S) and (S, 16); it is done a tile of
 # PIXEL_TILE pixels at a time, so the 16 source (or destination) rows being walked stay
 # in L1 while each side is read or written in whole cache lines.
 
-from cython.parallel cimport prange
+from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
 
@@ -13,6 +15,8 @@ include "_kernel_support.pxi"
 cdef enum:
     LANES = 16
     PIXEL_TILE = 64
+    # A reorder moving fewer bytes runs as a serial step (see pplpy_step.h).
+    PARALLEL_BYTES = 262144
 
 
 cdef void _to_n16cx_tile(const float* x, float* y, Py_ssize_t S, Py_ssize_t w,
@@ -63,14 +67,43 @@ cdef void _reorder_task(const float* x, float* y, Py_ssize_t C, Py_ssize_t block
                 _from_n16cx_tile(x + blocked, y + plain, S, w, lanes)
 
 
-cdef int _reorder(const float* x, float* y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S,
-                  bint to_n16cx, int num_threads) except -1:
-    cdef Py_ssize_t blocks = ceil_div(C, LANES), t
-    cdef Tasks2D tasks = split_2d(N * blocks, S, GRAIN // LANES)
-    for t in prange(tasks.count, nogil=True, num_threads=threads_for(num_threads, tasks.count),
-                    schedule="static"):
-        _reorder_task(x, y, C, blocks, S, to_n16cx, &tasks, t)
-    return 0
+cdef struct ReorderArgs:
+    const float *x
+    float *y
+    Py_ssize_t C
+    Py_ssize_t blocks
+    Py_ssize_t S
+    bint to_n16cx
+    Tasks2D tasks
+
+
+cdef void _reorder_step(const void *a, int tid, int nthreads) noexcept nogil:
+    cdef const ReorderArgs *args = <const ReorderArgs *>a
+    cdef Py_ssize_t b, e, t
+    ppl_partition(args.tasks.count, tid, nthreads, &b, &e)
+    for t in range(b, e):
+        _reorder_task(args.x, args.y, args.C, args.blocks, args.S, args.to_n16cx, &args.tasks,
+                      t)
+
+
+def make_reorder_step(size_t x, size_t y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S,
+                      bint to_n16cx):
+    """Step: NDARRAY (N, C, S) at x -> N16CX (N, ceil(C/16), S, 16) at y (to_n16cx), or back;
+    float32.  Threads split (n, channel block) rows and long pixel runs."""
+    if min(N, C, S) < 0:
+        raise ValueError(f"negative dims (N, C, S) = {(N, C, S)}")
+    cdef Py_ssize_t blocks = ceil_div(C, LANES)
+    cdef Step step = new_step(_reorder_step, sizeof(ReorderArgs),
+                              N * blocks * S * LANES * 4 >= PARALLEL_BYTES)
+    cdef ReorderArgs *args = <ReorderArgs *>step.args
+    args.x = <const float *>x
+    args.y = <float *>y
+    args.C = C
+    args.blocks = blocks
+    args.S = S
+    args.to_n16cx = to_n16cx
+    args.tasks = split_2d(N * blocks, S, GRAIN // LANES)
+    return step
 
 
 cdef int _check_shapes(const float[:, :, ::1] plain, const float[:, :, :, ::1] blocked) except -1:
@@ -86,13 +119,13 @@ def ndarray_to_n16cx_fp32(const float[:, :, ::1] x, float[:, :, :, ::1] y, int n
     """y[n, c // 16, s, c % 16] = x[n, c, s]; padding lanes c >= C set to 0."""
     _check_shapes(x, y)
     if x.shape[0] * x.shape[1] * x.shape[2] > 0:
-        _reorder(&x[0, 0, 0], &y[0, 0, 0, 0], x.shape[0], x.shape[1], x.shape[2], True,
-                 num_threads)
+        run_steps([make_reorder_step(<size_t>&x[0, 0, 0], <size_t>&y[0, 0, 0, 0], x.shape[0],
+                                     x.shape[1], x.shape[2], True)], num_threads)
 
 
 def n16cx_to_ndarray_fp32(const float[:, :, :, ::1] x, float[:, :, ::1] y, int num_threads):
     """y[n, c, s] = x[n, c // 16, s, c % 16]; padding lanes dropped."""
     _check_shapes(y, x)
     if y.shape[0] * y.shape[1] * y.shape[2] > 0:
-        _reorder(&x[0, 0, 0, 0], &y[0, 0, 0], y.shape[0], y.shape[1], y.shape[2], False,
-                 num_threads)
+        run_steps([make_reorder_step(<size_t>&x[0, 0, 0, 0], <size_t>&y[0, 0, 0], y.shape[0],
+                                     y.shape[1], y.shape[2], False)], num_threads)

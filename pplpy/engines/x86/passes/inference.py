@@ -57,7 +57,7 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
     """Fill ``known`` (value name -> dims tuple) for every node output; returns it.
 
     ``values`` maps value names to known numpy values (constants, value-deciding feeds); with
-    ``evaluate(node, inputs) -> outputs`` and ``types``, host-evaluable nodes are computed,
+    ``evaluate(node, inputs, in_shapes, in_types) -> outputs`` and ``types``, host-evaluable nodes are computed,
     their outputs added to ``values`` and the nodes added to the set ``host``.  With
     ``partial`` (build time, from probe dims) a node whose shape cannot be inferred gets
     unknown (absent) output shapes instead of an error, unless ``strict``: then only a value
@@ -105,7 +105,8 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
                                          in_shapes)
                 known[name] = dims
         if evaluate is not None and host_evaluable(node, op, types, known, values):
-            outputs = evaluate(node, in_values, in_shapes)
+            outputs = evaluate(node, in_values, in_shapes,
+                               [types.get(name) if name else None for name in inputs])
             for name, value in zip(node.outputs, outputs):
                 if name:
                     values[name] = value

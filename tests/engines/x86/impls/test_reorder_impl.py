@@ -51,3 +51,31 @@ def test_shape_mismatch_is_an_error(m):
     with pytest.raises(ValueError, match=r"needs N16CX \(1, 2, 4, 16\)"):
         m.ndarray_to_n16cx_fp32(np.zeros((1, 17, 4), np.float32),
                                 np.zeros((1, 1, 4, 16), np.float32), 1)
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 56 * 56), (2, 17, 65), (4, 40, 1)], ids=str)
+def test_one_and_two_threads_give_identical_bytes(m, shape):
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    blocked = []
+    for threads in (1, 2):
+        y = np.full((shape[0], -(-shape[1] // 16), shape[2], 16), np.nan, np.float32)
+        m.ndarray_to_n16cx_fp32(x, y, threads)
+        blocked.append(y)
+    assert blocked[0].tobytes() == blocked[1].tobytes()
+
+
+def test_steps_run_in_a_plan(m):
+    """make_reorder_step is what the runtime runs: a step over addresses, parallel when big."""
+    from pplpy.runtime.step import run_steps
+
+    n, c, s = 2, 20, 3000
+    x = np.random.default_rng(2).standard_normal((n, c, s)).astype(np.float32)
+    y = np.full((n, 2, s, 16), np.nan, np.float32)
+    z = np.full_like(x, np.nan)
+    to = m.make_reorder_step(x.ctypes.data, y.ctypes.data, n, c, s, True)
+    back = m.make_reorder_step(y.ctypes.data, z.ctypes.data, n, c, s, False)
+    assert to.parallel and back.parallel
+    assert not m.make_reorder_step(0, 0, 1, 3, 10, True).parallel
+    run_steps([to, back], 2)
+    np.testing.assert_array_equal(y, to_n16cx(x))
+    np.testing.assert_array_equal(z, x)

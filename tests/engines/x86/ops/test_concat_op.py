@@ -13,10 +13,11 @@ import pplpy
 from pplpy.common.data_format import DataFormat
 from pplpy.common.tensor_shape import TensorShape
 from pplpy.engines.x86.engine import EngineOptions
-from pplpy.engines.x86.ops.kernel import KernelContext
+from pplpy.engines.x86.ops.kernel import Slot, StepIO
 from pplpy.engines.x86.ops.declare import find_op
 from pplpy.ir import Node
 from pplpy.params.onnx import ConcatParam
+from pplpy.runtime.step import run_steps
 
 RNG = np.random.default_rng(1)
 N16CX, NDARRAY = DataFormat.N16CX, DataFormat.NDARRAY
@@ -249,9 +250,15 @@ def test_n16cx_concat_kernel(isa, channels, spatial):
     xs = [random_array((batch, c, *spatial), np.float32) for c in channels]
     in_shapes = [TensorShape(x.shape, data_format=N16CX) for x in xs]
     out_shape = TensorShape((batch, sum(channels), *spatial), data_format=N16CX)
-    y = np.full(out_shape.physical_dims, np.nan, np.float32)
-    ctx = KernelContext([to_n16cx(x) for x in xs], in_shapes, [y], [out_shape], 1)
-    op.create_kernel().execute(ctx)
+    blocked = [to_n16cx(x) for x in xs]
+    results = []
+    for threads in (1, 2):
+        y = np.full(out_shape.physical_dims, np.nan, np.float32)
+        io = StepIO([Slot(s, b) for s, b in zip(in_shapes, blocked)], [Slot(out_shape, y)],
+                    threads)
+        run_steps([op.create_kernel().make_step(io)], threads)
+        results.append(y)
+    assert results[0].tobytes() == results[1].tobytes()
     np.testing.assert_array_equal(from_n16cx(y, sum(channels)), np.concatenate(xs, axis=1))
     padding = np.moveaxis(y, -1, 2).reshape(batch, -1, *spatial)[:, sum(channels):]
     assert (padding == 0).all()

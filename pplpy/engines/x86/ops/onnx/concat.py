@@ -2,69 +2,43 @@
 in N16CX when every input arrives in N16CX, so a Conv -> Concat -> Conv chain needs no
 reorders."""
 
-import numpy as np
+import math
 
 from pplpy.common.data_format import DataFormat
-from pplpy.common.data_format import N16CX_BLOCK, DataFormat
+from pplpy.engines.x86.impls import _copy
 from pplpy.engines.x86.ops.canned import ANY_TYPE
 from pplpy.engines.x86.ops.declare import op
-from pplpy.params.onnx import ConcatParam
-from pplpy.engines.x86.ops.layout import as_blocked_3d
-from pplpy.engines.x86.ops.onnx.shape import DataMovementKernel
+from pplpy.engines.x86.ops.onnx.shape import DataMovementKernel, keep_arrays
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.errors import ShapeError
 from pplpy.oputils.onnx.shape_functions import concat_shape, normalize_axis
-from pplpy.oputils.onnx.shape_functions import normalize_axis
-
-
-B = N16CX_BLOCK
-
-
-def copy_channels_n16cx(x, channels, y, offset):
-    """Copy the ``channels`` logical channels of blocked ``x`` (N, Kx, S, 16) into blocked
-    ``y`` (N, Ky, S, 16) at logical channels [offset, offset + channels).
-
-    Input channel j = 16k + l goes to output channel offset + j: with o = offset % 16 and
-    b = offset // 16, lanes l < 16 - o land in block b + k at lane o + l, the rest in block
-    b + k + 1 at lane l - (16 - o).  Full input blocks move in two slices, the partial last
-    block in two more.
-    """
-    b, o = divmod(offset, B)
-    full, rest = divmod(channels, B)
-    head = B - o  # lanes of an input block that fit in the output block they start in
-    if full:
-        y[:, b:b + full, :, o:] = x[:, :full, :, :head]
-        if o:
-            y[:, b + 1:b + 1 + full, :, :o] = x[:, :full, :, head:]
-    if rest:
-        first = min(rest, head)
-        y[:, b + full, :, o:o + first] = x[:, full, :, :first]
-        if rest > head:
-            y[:, b + full + 1, :, :rest - head] = x[:, full, :, head:rest]
-
-
-def concat_channels_n16cx(inputs, input_shapes, output, output_shape):
-    """Channel concatenation of N16CX tensors into the N16CX ``output``; the output's
-    padding lanes are zeroed so they stay finite."""
-    y = as_blocked_3d(output, output_shape)
-    offset = 0
-    for x, shape in zip(inputs, input_shapes):
-        channels = shape.dims[1]
-        copy_channels_n16cx(as_blocked_3d(x, shape), channels, y, offset)
-        offset += channels
-    tail = offset % B
-    if tail:
-        y[:, -1, :, tail:] = 0
+from pplpy.params.onnx import ConcatParam
 
 
 class ConcatKernel(DataMovementKernel):
-    def do_execute(self, ctx):
-        out_shape = ctx.output_shapes[0]
-        if out_shape.data_format is DataFormat.N16CX:
-            concat_channels_n16cx(ctx.inputs, ctx.input_shapes, ctx.outputs[0], out_shape)
-            return
-        axis = normalize_axis(self.param.axis, out_shape.rank)
-        np.concatenate(ctx.inputs, axis=axis, out=ctx.outputs[0])
+    """Block copies: in NDARRAY each output row (the dims before ``axis``) is every input's
+    row in turn; in N16CX channel concat each output channel block is filled from lane runs
+    of the input blocks (input channel j lands at lane (offset + j) % 16 of block
+    (offset + j) // 16), its padding lanes zeroed so they stay finite."""
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        y = io.outputs[0]
+        out = y.shape
+        inputs = io.inputs
+        es = out.data_type.itemsize
+        if out.data_format is DataFormat.N16CX:
+            step = _copy.make_concat_n16cx_step(
+                y.address, [x.address for x in inputs], [x.shape.dims[1] for x in inputs],
+                out.dims[0], math.prod(out.dims[2:]), es)
+        else:
+            axis = normalize_axis(self.param.axis, out.rank)
+            outer = math.prod(out.dims[:axis])
+            segs = [math.prod(x.shape.dims[axis:]) * es for x in inputs]
+            step = _copy.make_concat_step(y.address, [x.address for x in inputs], segs, outer)
+        step.keep = (step.keep, keep_arrays(io))
+        return step
 
 
 @op("", "Concat", since=4, param=ConcatParam)  # axis is required from 4

@@ -7,29 +7,48 @@ folding); they run as nodes when a pipeline keeps them or their output is a grap
 import numpy as np
 
 from pplpy.common.data_type import DataType
+from pplpy.engines.x86.impls import _copy
 from pplpy.engines.x86.ops.declare import op
-from pplpy.params.onnx import ConstantOfShapeParam, ConstantParam
-from pplpy.models.onnx.parsers.encodings import parse_constant, parse_constant_of_shape
-from pplpy.engines.x86.ops.onnx.shape import DataMovementKernel
-from pplpy.engines.x86.ops.onnx.shape import check_int64_input, constant_vector
+from pplpy.engines.x86.ops.onnx.shape import (
+    DataMovementKernel,
+    check_int64_input,
+    constant_vector,
+    keep_arrays,
+)
 from pplpy.engines.x86.ops.op_context import X86OptKernel
+from pplpy.models.onnx.parsers.encodings import parse_constant, parse_constant_of_shape
+from pplpy.params.onnx import ConstantOfShapeParam, ConstantParam
 from pplpy.params.onnx.tensor_value import TensorValue
 
 
 class ConstantKernel(DataMovementKernel):
-    """y = the param's value."""
+    """y = the param's value: a copy step from a contiguous copy the step keeps."""
 
-    def do_execute(self, ctx):
-        np.copyto(ctx.outputs[0], self.param.value.array)
+    def __init__(self, op):
+        super().__init__(op)
+        self.value = np.ascontiguousarray(self.param.value.array)
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        y = io.outputs[0]
+        return _copy.make_copy_step(y.address, self.value.ctypes.data, y.shape.bytes,
+                                    (self.value, keep_arrays(io)))
 
 
 class ConstantOfShapeKernel(DataMovementKernel):
-    """y = full(shape, value); value defaults to a float32 zero."""
+    """y = full(shape, value); value defaults to a float32 zero.  A fill step."""
 
-    def do_execute(self, ctx):
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        y = io.outputs[0]
         value = self.param.value if self.param is not None else None
         fill = np.float32(0) if value is None else value.array.reshape(-1)[0]
-        ctx.outputs[0].fill(fill)
+        pattern = np.asarray(fill, y.shape.data_type.numpy).tobytes()
+        step = _copy.make_fill_step(y.address, y.shape.element_count, pattern)
+        step.keep = keep_arrays(io)
+        return step
 
 
 def value_type(op, value, what):

@@ -1,63 +1,97 @@
-"""Op contexts of the shape-manipulating ops: Reshape, Flatten, Transpose, Unsqueeze,
-Identity and Dropout.  All take any element type and run in NDARRAY.
+"""Op contexts of the shape-manipulating ops: Reshape, Flatten, Transpose, Squeeze,
+Unsqueeze, Identity and Dropout.  All take any element type and run in NDARRAY; their
+kernels are compiled copy steps from the ``_copy`` impl module.
 
-Reshape's shape and Unsqueeze-13's axes are inputs whose values decide the output shape
-(``value_inputs``): inference sees the values of constants and, at run time, of fed model
-inputs; a shape computed by another node at run time (a Shape -> Gather -> Concat chain
-that folding could not fold) is reported as unsupported.
+Reshape's shape and Squeeze/Unsqueeze-13's axes are inputs whose values decide the output
+shape (``value_inputs``): inference sees the values of constants, of fed model inputs and of
+values computed on the host when the plan is made (a Shape -> Gather -> Concat chain).
 """
+
 
 import numpy as np
 
 from pplpy.common.data_type import DataType
+from pplpy.engines.x86.impls import _copy
 from pplpy.engines.x86.ops.canned import ANY_TYPE, same_shape_as_input
 from pplpy.engines.x86.ops.declare import op
-from pplpy.models.onnx.parsers.encodings import parse_dropout
-from pplpy.params.onnx import DropoutParam, FlattenParam, ReshapeParam, TransposeParam, UnsqueezeParam
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.errors import ShapeError
+from pplpy.models.onnx.parsers.encodings import parse_dropout
 from pplpy.oputils.onnx.shape_functions import (
     flatten_shape,
     reshape_shape,
+    squeeze_shape,
     transpose_shape,
     unsqueeze_shape,
 )
-from pplpy.oputils.onnx.shape_functions import transpose_shape
+from pplpy.params.onnx import (
+    DropoutParam,
+    FlattenParam,
+    ReshapeParam,
+    SqueezeParam,
+    TransposeParam,
+    UnsqueezeParam,
+)
+
+
+def keep_arrays(io):
+    """The numpy arrays a step reads and writes, for ``Step.keep``: a constant's contiguous
+    copy made for the slot must live as long as the step that points into it."""
+    return tuple(s.array for s in (*io.inputs, *io.outputs) if s is not None)
 
 
 class DataMovementKernel(X86Kernel):
-    """Base of the numpy data-movement kernels; tolerates omitted optional outputs ("")."""
+    """Base of the data-movement kernels; tolerates omitted optional outputs ("")."""
 
     def can_do_execute(self, ctx):
         return any(s is not None and s.element_count > 0 for s in ctx.output_shapes)
 
 
 class CopyKernel(DataMovementKernel):
-    """y = x with new dims: Reshape, Flatten, Unsqueeze, Identity (row-major order kept)."""
+    """y = x with new dims: Reshape, Flatten, Squeeze, Unsqueeze, Identity (row-major order
+    kept), a memcpy step split over threads when big."""
 
-    def do_execute(self, ctx):
-        y = ctx.outputs[0]
-        np.copyto(y, ctx.inputs[0].reshape(y.shape))
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        x, y = io.inputs[0], io.outputs[0]
+        return _copy.make_copy_step(y.address, x.address, y.shape.bytes, keep_arrays(io))
 
 
 class TransposeKernel(DataMovementKernel):
-    """y = x.transpose(perm); perm None reverses the axes."""
+    """y = x.transpose(perm); perm None reverses the axes.  A strided copy step."""
 
-    def do_execute(self, ctx):
-        _, perm = transpose_shape(ctx.input_shapes[0].dims, self.param.perm)
-        np.copyto(ctx.outputs[0], ctx.inputs[0].transpose(perm))
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        x, y = io.inputs[0], io.outputs[0]
+        _, perm = transpose_shape(x.shape.dims, self.param.perm if self.param else None)
+        es = x.shape.data_type.itemsize
+        dims, strides = _copy.transpose_strides(x.shape.dims, perm, es)
+        step = _copy.make_strided_copy_step(y.address, x.address, es, dims, strides)
+        step.keep = keep_arrays(io)
+        return step
 
 
 class DropoutKernel(DataMovementKernel):
     """Inference Dropout: y = x; the optional mask is all ones (nothing is dropped)."""
 
-    def do_execute(self, ctx):
-        outputs = ctx.outputs
-        if outputs[0] is not None:
-            np.copyto(outputs[0], ctx.inputs[0])
-        if len(outputs) > 1 and outputs[1] is not None:
-            outputs[1].fill(1)  # True for bool (opset 10+), one of type T before
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        steps = []
+        y = io.outputs[0]
+        if y is not None and y.shape.element_count:
+            steps.append(_copy.make_copy_step(y.address, io.inputs[0].address, y.shape.bytes))
+        mask = io.outputs[1] if len(io.outputs) > 1 else None
+        if mask is not None and mask.shape.element_count:
+            # True for bool (opset 10+), a one of type T before.
+            one = np.ones((), mask.shape.data_type.numpy).tobytes()
+            steps.append(_copy.make_fill_step(mask.address, mask.shape.element_count, one))
+        step = steps[0] if len(steps) == 1 else _copy.make_group_step(steps)
+        step.keep = (step.keep, keep_arrays(io))
+        return step
 
 
 def check_int64_input(op, in_types, index, what):
@@ -143,6 +177,28 @@ class UnsqueezeOp(ShapeOp):
                 raise self.shape_error('attribute "axes" is required before opset 13',
                                        in_shapes)
         return [self.infer_shape_checked(in_shapes, unsqueeze_shape, in_shapes[0], axes)]
+
+
+@op("", "Squeeze", since=1, param=SqueezeParam)  # axes attribute
+@op("", "Squeeze", since=11, param=SqueezeParam)  # negative axes allowed
+@op("", "Squeeze", since=13)  # axes became an optional input
+class SqueezeOp(ShapeOp):
+    """y = x without the size-1 dims at ``axes`` (every size-1 dim when absent)."""
+
+    value_inputs = (1,)
+
+    def infer_type(self, in_types):
+        if self.node.opset >= 13:
+            check_int64_input(self, in_types, 1, "axes")
+        return super().infer_type(in_types)[:1]
+
+    def infer_shape(self, in_shapes, in_values):
+        if self.node.opset >= 13:
+            axes = (constant_vector(self, in_shapes, in_values, 1, "axes")
+                    if self.input_present(1) else None)
+        else:
+            axes = getattr(self.param, "axes", None)
+        return [self.infer_shape_checked(in_shapes, squeeze_shape, in_shapes[0], axes)]
 
 
 @op("", "Identity", since=1)

@@ -1,27 +1,33 @@
 """Op contexts of pplpy's own nodes, which the engine inserts (never in an ONNX file)."""
 
+import math
+
 from pplpy.common.data_format import DataFormat
-from pplpy.engines.x86.ops.kernel import X86Kernel
-from pplpy.engines.x86.ops.layout import as_blocked_3d, as_ndarray_3d
 from pplpy.common.data_type import DataType
+from pplpy.engines.x86.impls import _copy
 from pplpy.engines.x86.ops.canned import same_shape_as_input
-from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.engines.x86.ops.declare import op
+from pplpy.engines.x86.ops.kernel import X86Kernel
+from pplpy.engines.x86.ops.op_context import X86OptKernel
 
 
 class ReorderKernel(X86Kernel):
-    def do_execute(self, ctx):
-        impl = self.impl("reorder_fp32")
-        x, y = ctx.inputs[0], ctx.outputs[0]
-        src, dst = ctx.input_shapes[0], ctx.output_shapes[0]
+    """NDARRAY (N, C, S) <-> N16CX (N, C/16, S, 16) float32 as one step of the run plan."""
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        x, y = io.inputs[0], io.outputs[0]
+        src, dst = x.shape, y.shape
+        keep = (x.array, y.array)
         if src.data_format is dst.data_format:
-            y[...] = x
-        elif dst.data_format is DataFormat.N16CX:
-            impl.ndarray_to_n16cx_fp32(as_ndarray_3d(x, src), as_blocked_3d(y, dst),
-                                       ctx.num_threads)
-        else:
-            impl.n16cx_to_ndarray_fp32(as_blocked_3d(x, src), as_ndarray_3d(y, dst),
-                                       ctx.num_threads)
+            return _copy.make_copy_step(y.address, x.address, dst.bytes, keep)
+        dims = src.dims
+        step = self.impl("reorder_fp32").make_reorder_step(
+            x.address, y.address, dims[0], dims[1], math.prod(dims[2:]),
+            dst.data_format is DataFormat.N16CX)
+        step.keep = keep
+        return step
 
 
 @op("pplpy", "Reorder", since=1)

@@ -1,0 +1,83 @@
+"""Slice's op context: y = x[start:end:step] along chosen axes, any element type.
+
+Opset 1-9 take starts, ends and axes as attributes; from 10 they are inputs, with steps.
+Starts and ends are clamped to the dim (negative ones count from the back), steps may be
+negative.  Their values decide the output shape, so they must be known when the plan is made
+(``value_inputs``: constants, fed inputs or host-computed values).  The kernel is a strided
+copy step: the source strides are the input's strides times the steps.
+"""
+
+from pplpy.common.data_type import DataType
+from pplpy.engines.x86.impls import _copy
+from pplpy.engines.x86.ops.canned import ANY_TYPE
+from pplpy.engines.x86.ops.declare import op
+from pplpy.engines.x86.ops.onnx.shape import DataMovementKernel, constant_vector, keep_arrays
+from pplpy.engines.x86.ops.op_context import X86OptKernel
+from pplpy.errors import ShapeError
+from pplpy.oputils.onnx.shape_functions import slice_geometry
+from pplpy.params.onnx import SliceParam
+
+INDEX_TYPES = (DataType.INT32, DataType.INT64)
+NAMES = {1: "starts", 2: "ends", 3: "axes", 4: "steps"}
+
+
+class SliceKernel(DataMovementKernel):
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        x, y = io.inputs[0], io.outputs[0]
+        dims = x.shape.dims
+        # starts/ends/axes/steps are constants, host values or value-deciding feeds: all hold
+        # their values when the step is made.
+        values = [s.array if s is not None else None for s in io.inputs]
+        _, firsts, steps = self.op.geometry(
+            [s.shape.dims if s is not None else None for s in io.inputs], values)
+        es = x.shape.data_type.itemsize
+        strides, s = [0] * len(dims), es
+        for k in range(len(dims) - 1, -1, -1):
+            strides[k] = s
+            s *= dims[k]
+        base = x.address + sum(f * st for f, st in zip(firsts, strides))
+        step = _copy.make_strided_copy_step(y.address, base, es, list(y.shape.dims),
+                                            [st * k for st, k in zip(strides, steps)])
+        step.keep = keep_arrays(io)
+        return step
+
+
+@op("", "Slice", since=1, param=SliceParam)  # starts, ends, axes attributes
+@op("", "Slice", since=10)  # starts, ends, axes, steps inputs
+class SliceOp(X86OptKernel):
+    """y = x[starts[i]:ends[i]:steps[i] on axes[i]]."""
+
+    supported_types = ANY_TYPE
+    value_inputs = (1, 2, 3, 4)
+
+    def infer_type(self, in_types):
+        if self.node.opset >= 10:
+            for index, what in NAMES.items():
+                if self.input_present(index) and in_types[index] not in INDEX_TYPES:
+                    raise ShapeError(f"{self.node.describe()}: input {index} ({what}) must be "
+                                     f"int32 or int64, got {in_types[index]}")
+        return super().infer_type(in_types)[:1]
+
+    def geometry(self, in_shapes, in_values):
+        """(output dims, first index per dim, step per dim)."""
+        if self.node.opset >= 10:
+            args = [constant_vector(self, in_shapes, in_values, i, NAMES[i])
+                    if self.input_present(i) else None for i in (1, 2, 3, 4)]
+        else:
+            param = self.param
+            if param is None or param.starts is None or param.ends is None:
+                raise self.shape_error('attributes "starts" and "ends" are required',
+                                       in_shapes)
+            args = [param.starts, param.ends, param.axes, None]
+        try:
+            return slice_geometry(in_shapes[0], *args)
+        except ValueError as exc:
+            raise self.shape_error(str(exc), in_shapes) from exc
+
+    def infer_shape(self, in_shapes, in_values):
+        return [self.geometry(in_shapes, in_values)[0]]
+
+    def create_kernel(self):
+        return SliceKernel(self)

@@ -1,0 +1,154 @@
+"""The data-movement impl module (_copy: any element type, baseline flags) against numpy,
+on one and two threads; the big cases cross the parallel-step threshold."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from impl_variants import to_n16cx
+
+from pplpy.engines.x86.impls import _copy as m
+
+DTYPES = [np.int8, np.float16, np.float32, np.int64, np.bool_]
+RNG = np.random.default_rng(0)
+
+
+def rand(shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return RNG.random(shape) < 0.5
+    return RNG.integers(-100, 100, shape).astype(dtype)
+
+
+def both_threads(fn, out_shape, dtype):
+    """Run fn(y, threads) for 1 and 2 threads into NaN-like garbage; the bytes must match."""
+    results = []
+    for threads in (1, 2):
+        y = np.frombuffer(np.full(int(np.prod(out_shape)) * np.dtype(dtype).itemsize, 0xA5,
+                                  np.uint8).tobytes(), dtype).reshape(out_shape).copy()
+        fn(y, threads)
+        results.append(y)
+    assert results[0].tobytes() == results[1].tobytes()
+    return results[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [0, 1, 63, 65, 300_000])
+def test_copy(dtype, n):
+    x = rand((n,), dtype)
+    y = both_threads(lambda y, t: m.copy(x, y, t), (n,), dtype)
+    np.testing.assert_array_equal(y, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [0, 5, 200_000])
+def test_fill(dtype, n):
+    value = np.ones((), dtype)
+    y = both_threads(lambda y, t: m.fill(y, value, t), (n,), dtype)
+    assert (y == value).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "shape, perm",
+    [((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (0, 2, 1)), ((5,), (0,)), ((), ()),
+     ((1, 7, 1, 3), (3, 2, 1, 0)), ((2, 0, 3), (2, 1, 0)), ((64, 300, 33), (1, 2, 0)),
+     ((2, 3, 4, 5, 6), (4, 0, 3, 1, 2))],
+    ids=str,
+)
+def test_transpose(dtype, shape, perm):
+    x = rand(shape, dtype)
+    want = x.transpose(perm)
+    y = both_threads(lambda y, t: m.transpose(x, perm, y, t), want.shape, dtype)
+    np.testing.assert_array_equal(y, want)
+
+
+@settings(derandomize=True, max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=6), st.data(),
+       st.sampled_from([np.uint8, np.int16, np.float32, np.float64]))
+def test_transpose_random(shape, data, dtype):
+    perm = data.draw(st.permutations(range(len(shape))))
+    x = rand(shape, dtype)
+    want = x.transpose(perm)
+    y = both_threads(lambda y, t: m.transpose(x, perm, y, t), want.shape, dtype)
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("index", [
+    (slice(1, 3), slice(None, None, -2), slice(4, 0, -1), slice(None, None, 3)),
+    (slice(None), slice(0, 0), slice(None), slice(None)),
+    (slice(None, None, -1), slice(None), slice(None), slice(None)),
+], ids=["mixed", "empty", "reverse-outer"])
+def test_strided_copy(index):
+    x = rand((3, 4, 5, 6), np.int32)
+    view = x[index]
+    y = both_threads(lambda y, t: m.strided_copy(view, y, t), view.shape, np.int32)
+    np.testing.assert_array_equal(y, view)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("sizes", [(1, 4, 2), (3,), (0, 2), (200, 300)])
+def test_concat(dtype, axis, sizes):
+    base = (2, 3, 5) if max(sizes) < 100 else (4, 100, 70)
+    xs = [rand(tuple(k if i == axis else d for i, d in enumerate(base)), dtype)
+          for k in sizes]
+    want = np.concatenate(xs, axis)
+    y = both_threads(lambda y, t: m.concat(xs, axis, y, t), want.shape, dtype)
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("indices", [[0], [-1, 2, 0, 2], [[1, -2], [0, 0]], 1],
+                         ids=["one", "negative", "2d", "scalar"])
+def test_gather(index_dtype, axis, indices):
+    data = rand((3, 4, 5), np.float32)
+    idx = np.asarray(indices, index_dtype)
+    want = np.take(data, idx, axis)
+    y = both_threads(lambda y, t: m.gather(data, idx, axis, y, t), want.shape, np.float32)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_gather_big_rows_parallel():
+    data = rand((64, 2000), np.int64)
+    idx = np.array([5, -1, 0, 63] * 20, np.int64)
+    want = np.take(data, idx, 0)
+    y = both_threads(lambda y, t: m.gather(data, idx, 0, y, t), want.shape, np.int64)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_gather_out_of_range_rows_are_zero():
+    """An index outside [-dim, dim) never reads out of bounds in a step: its row is zero."""
+    data = rand((4, 3), np.int64)
+    idx = np.array([4, -5, 1, 1 << 40], np.int64)
+    y = both_threads(lambda y, t: m.gather(data, idx, 0, y, t), (4, 3), np.int64)
+    np.testing.assert_array_equal(y[[0, 1, 3]], 0)
+    np.testing.assert_array_equal(y[2], data[1])
+
+
+@pytest.mark.parametrize("channels", [(16, 16), (5, 7), (3, 17, 1), (20, 30, 33), (1,),
+                                      (0, 5), (32, 8)], ids=str)
+@pytest.mark.parametrize("pixels", [1, 9, 2048])
+def test_concat_n16cx(channels, pixels):
+    batch = 2
+    xs = [RNG.standard_normal((batch, c, pixels)).astype(np.float32) for c in channels]
+    blocked = [to_n16cx(x) for x in xs]
+    want = to_n16cx(np.concatenate(xs, axis=1))
+    y = both_threads(lambda y, t: m.concat_n16cx(blocked, channels, y, t), want.shape,
+                     np.float32)
+    np.testing.assert_array_equal(y, want)   # padding lanes are zero too
+
+
+def test_step_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="1, 2, 4 or 8 bytes"):
+        m.make_fill_step(0, 4, b"abc")
+    with pytest.raises(ValueError, match="int32 or int64"):
+        m.make_gather_step(0, 0, 0, 2, 1, 1, 1, 4)
+    with pytest.raises(ValueError, match="more than pplpy's 16"):
+        m.make_strided_copy_step(0, 0, 1, [2] * 17, [2 ** k for k in range(17)])
+
+
+def test_steps_are_serial_when_small_and_parallel_when_big():
+    assert not m.make_copy_step(0, 0, 1000).parallel
+    assert m.make_copy_step(0, 0, 1 << 20).parallel
