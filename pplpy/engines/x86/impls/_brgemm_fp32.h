@@ -142,7 +142,7 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
                 if (ep->accumulate) x += ppl_load(c + off);
                 if (ep->addend) x += ppl_load(ep->addend + off) * ep->beta;
                 if (ep->bias) x += ppl_load(ep->bias + v * PPL_VLEN);
-                if (post != PPL_POST_NONE) x = ppl_apply_activation(x, post, ep->p0, ep->p1);
+                if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
                 ppl_store(c + off, x);
             }
         }
@@ -157,7 +157,7 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
             if (ep->accumulate) x += ppl_act_load_partial(c + off, nv);
             if (ep->addend) x += ppl_act_load_partial(ep->addend + off, nv) * ep->beta;
             if (ep->bias) x += ppl_act_load_partial(ep->bias + j0, nv);
-            if (post != PPL_POST_NONE) x = ppl_apply_activation(x, post, ep->p0, ep->p1);
+            if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
             ppl_act_store_partial(c + off, x, nv);
         }
     }
