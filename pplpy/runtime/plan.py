@@ -26,6 +26,16 @@ from pplpy.runtime.step import Plan
 MAX_ARENA_BYTES = 1 << 40
 
 
+def as_steps(made):
+    """A kernel's ``make_step`` result as a list: None (no work), one Step, or several Steps
+    in order (phases that need a barrier between them, such as pack-then-multiply)."""
+    if made is None:
+        return []
+    if isinstance(made, (list, tuple)):
+        return list(made)
+    return [made]
+
+
 class ExecutionPlan:
     def __init__(self, result, feeds, value_feeds, num_threads):
         """``feeds``: input name -> array (shapes of all, values of ``value_feeds``)."""
@@ -115,12 +125,11 @@ class ExecutionPlan:
         for node in step_nodes:
             io = StepIO([slot(n) for n in node.inputs], [slot(n) for n in node.outputs],
                         num_threads)
-            step = result.kernels[node].make_step(io)
-            if step is None:
-                continue
-            step.label = node.name
-            steps.append(step)
-            self.step_nodes.append(node)
+            made = result.kernels[node].make_step(io)
+            for step in as_steps(made):
+                step.label = step.label or node.name
+                steps.append(step)
+                self.step_nodes.append(node)
         self.plan = Plan(steps, num_threads)
         self.input_views = {name: views[name] for name in feeds}
 

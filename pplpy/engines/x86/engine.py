@@ -51,11 +51,23 @@ class EngineResult:
         """Bytes of constants and packed weights the kernels hold."""
         total = sum(v.nbytes for v in self.graph.constants.values())
         seen = set()
-        for kernel in self.kernels.values():
-            for value in vars(kernel).values():
-                if isinstance(value, np.ndarray) and id(value) not in seen:
+
+        def count(value):
+            nonlocal total
+            if isinstance(value, np.ndarray):
+                if id(value) not in seen:
                     seen.add(id(value))
                     total += value.nbytes
+            elif isinstance(value, dict):
+                for item in value.values():
+                    count(item)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    count(item)
+
+        for kernel in self.kernels.values():
+            for value in vars(kernel).values():
+                count(value)
         return total
 
 
@@ -145,7 +157,7 @@ def run_once(op, kernel, inputs, in_shapes, num_threads=1, in_types=None):
          for o, t in zip(outputs, out_types)],
         num_threads,
     )
-    step = kernel.make_step(io)
-    if step is not None:
-        run_steps([step], num_threads)
+    steps = kernel.make_step(io)
+    if steps is not None:
+        run_steps(steps if isinstance(steps, (list, tuple)) else [steps], num_threads)
     return outputs

@@ -23,7 +23,12 @@ mis-sizes that combination.)
 ceil_mode can make the last window run past the end padding; those extra cells are not
 padding in ONNX's sense (AveragePool's ``count_include_pad`` never counts them), so they
 are not added to ``pads_end``: kernels clip windows at ``in + pads_end`` themselves.
+
+``pool_window`` bundles those answers with the defaulted kernel, strides and dilations:
+everything a pooling kernel needs, for every pool kind and layout, from one call.
 """
+
+from typing import NamedTuple
 
 AUTO_PAD_MODES = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
@@ -124,3 +129,24 @@ def resolve_pads(in_spatial, kernel, strides, dilations, pads, auto_pad, ceil_mo
             )
         out.append(size)
     return tuple(out), tuple(pads_begin), tuple(pads_end)
+
+
+class PoolWindow(NamedTuple):
+    """A pooling's geometry per spatial axis, every attribute resolved (no None)."""
+
+    out: tuple
+    kernel: tuple
+    strides: tuple
+    pads_begin: tuple
+    pads_end: tuple
+    dilations: tuple
+
+
+def pool_window(in_spatial, kernel, strides, dilations, pads, auto_pad, ceil_mode=False):
+    """``resolve_pads`` plus the defaulted attributes, as a PoolWindow (same arguments)."""
+    out, pads_begin, pads_end = resolve_pads(in_spatial, kernel, strides, dilations, pads,
+                                             auto_pad, ceil_mode)
+    rank = len(out)
+    return PoolWindow(out, tuple(int(k) for k in kernel),
+                      _ints("strides", strides, rank, 1, 1), pads_begin, pads_end,
+                      _ints("dilations", dilations, rank, 1, 1))

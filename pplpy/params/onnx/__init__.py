@@ -9,12 +9,24 @@ from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam
 from pplpy.params.onnx.conv_param import ConvParam
 from pplpy.params.onnx.gemm_param import GemmParam
 from pplpy.params.onnx.indexing_param import GatherParam, ShapeParam, SliceParam, SqueezeParam
+from pplpy.params.onnx.layer_norm_param import (
+    CoercedAxisParam,
+    GroupNormalizationParam,
+    HardmaxParam,
+    InstanceNormalizationParam,
+    LayerNormalizationParam,
+    LogSoftmaxParam,
+    LpNormalizationParam,
+    MeanVarianceNormalizationParam,
+    RMSNormalizationParam,
+)
 from pplpy.params.onnx.normalization_param import (
     BatchNormalizationParam,
     LRNParam,
     SoftmaxParam,
 )
 from pplpy.params.onnx.pooling_param import AveragePoolParam, MaxPoolParam
+from pplpy.params.onnx.reduce_param import ArgReduceParam, CumSumParam, ReduceAxesInputParam, ReduceParam  # noqa: F401,E501
 from pplpy.params.onnx.shape_param import (
     ConcatParam,
     FlattenParam,
@@ -30,4 +42,7 @@ __all__ = [
     "GatherParam", "GemmParam", "LRNParam", "LeakyReluParam", "MaxPoolParam", "ReshapeParam",
     "ShapeParam", "SliceParam", "SoftmaxParam", "SqueezeParam", "TensorValue", "TransposeParam",
     "UnsqueezeParam",
+    "CoercedAxisParam", "GroupNormalizationParam", "HardmaxParam", "InstanceNormalizationParam",
+    "LayerNormalizationParam", "LogSoftmaxParam", "LpNormalizationParam",
+    "MeanVarianceNormalizationParam", "RMSNormalizationParam",
 ]

@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from pplpy.oputils.onnx.pool_geometry import resolve_pads
+from pplpy.oputils.onnx.pool_geometry import PoolWindow, pool_window, resolve_pads
 
 OPSET = 22
 
@@ -164,3 +164,13 @@ def test_defaults_and_bytes_auto_pad():
 def test_errors_name_the_problem(args, message):
     with pytest.raises(ValueError, match=message):
         resolve_pads(*args)
+
+
+def test_pool_window_fills_in_the_defaults():
+    w = pool_window([7, 8], [3, 3], None, None, None, "SAME_UPPER")
+    assert w == PoolWindow(out=(7, 8), kernel=(3, 3), strides=(1, 1), pads_begin=(1, 1),
+                           pads_end=(1, 1), dilations=(1, 1))
+    w = pool_window([5], [3], [2], [1], [1, 0], "NOTSET", ceil_mode=True)
+    assert (w.out, w.pads_begin, w.pads_end, w.strides) == ((3,), (1,), (0,), (2,))
+    with pytest.raises(ValueError, match="strides"):
+        pool_window([5], [3], [0], None, None, "NOTSET")

@@ -116,6 +116,13 @@ PPL_INLINE void ppl_post_sigmoid(float *p, ptrdiff_t n) {
     ppl_activation_loop(PPL_ACT_SIGMOID, p, p, n, 0.0f, 0.0f);
 }
 
+/* One float through a post-op: lane 0 of the vector function, so that scalar and vector
+ * paths give the same bits.  It computes a whole vector for one value: over a row, prefer
+ * adding first and then one ppl_activation call. */
+PPL_INLINE float ppl_post_scalar(float x, int post_op, float p0, float p1) {
+    return ppl_apply_activation_compact(ppl_splat(x), post_op, p0, p1)[0];
+}
+
 /* Write acc[0..M) x [0..PPL_NV) through the epilogue into C.  A full-width tile works on
  * whole vectors in place.  A tile narrower than PPL_NB (the last panel of an N not a
  * multiple of PPL_NB) does the same on vectors loaded zero-padded past column n_valid and

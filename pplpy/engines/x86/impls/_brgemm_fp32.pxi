@@ -18,6 +18,8 @@ cdef extern from "_brgemm_fp32.h" nogil:
         float p0
         float p1
 
+    float ppl_post_scalar(float x, int post_op, float p0, float p1)
+
     void ppl_brgemm(int m, int n_valid, Py_ssize_t nbatch, const float **a, const float **b,
                     Py_ssize_t k, Py_ssize_t lda, float *c, Py_ssize_t ldc, Py_ssize_t cbs,
                     const ppl_epilogue *ep)

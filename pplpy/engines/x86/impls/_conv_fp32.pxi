@@ -20,8 +20,15 @@
 # flattened H*W pixels.
 #
 # Depthwise path (one input channel per group): each output channel block is vectorised
-# over its 16 channels (ppl_dw_row); a channel multiplier > 1 first gathers each output
-# channel's input channel into an N16CX tensor of out_c channels.
+# over its 16 channels (ppl_dw_row); with a channel multiplier > 1 an item first gathers
+# each output channel's input channel into one plane of its thread's scratch.
+#
+# The op is one compiled step of the run plan: its work items (image, block of output rows,
+# row segment, panel) are independent output blocks, and thread tid of the team takes its
+# contiguous share (ppl_partition).  A weight computed at run time is packed by the item
+# that uses it (an item is then a whole panel, packed once into its thread's scratch), so
+# no barrier is needed.  The split does not depend on the thread count: every thread count
+# gives the same bits.
 #
 # Packed weights are a dict (layout private to this module's tier):
 #   kind "dense":     data float32 flat; panels int64 (npanels, 3) = (offset into data,
@@ -30,10 +37,11 @@
 #                     max_blocks the largest number of input blocks of a panel.
 #   kind "depthwise": data float32 (ceil(oc/16), kh, kw, 16), zero past oc.
 
-from cython.parallel cimport parallel, prange
-from libc.stdlib cimport free, malloc
+from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
+
+from pplpy.runtime.step import run_steps
 
 include "_brgemm_fp32.pxi"
 
@@ -41,6 +49,8 @@ cdef enum:
     # Output pixels a work item covers at least (rows permitting): a panel's weights, read
     # from L2, then serve many pixels, and border columns get tiles several rows tall.
     _ITEM_PIXELS = 32 * PPL_MR
+    _PARALLEL_FLOPS = 1 << 20   # a smaller conv runs as a serial step
+    _BIAS_TMP = 32              # scratch floats for one item's biases (PPL_NB and PPL_CB <= 32)
 
 ctypedef struct _ConvDims:
     Py_ssize_t icb, ocb            # channel blocks of x and y
@@ -48,6 +58,82 @@ ctypedef struct _ConvDims:
     int kh, kw, sh, sw, pt, pl, dh, dw
     int kc                         # K per batch element: 16, or in_c when one block holds all
     Py_ssize_t seg                 # output pixels per work item along a row
+
+ctypedef struct _ConvArgs:
+    const float *x
+    float *y
+    _ConvDims d
+    Py_ssize_t batch
+    int depthwise
+    const float *w                 # packed weight data, or NULL: raw_w is packed by items
+    const float *raw_w             # (OC, IC/group, KH, KW) computed at run time
+    const long long *panels        # dense: (offset, first input block, input blocks) each
+    Py_ssize_t npanels, max_nicb
+    Py_ssize_t oc, icg, ocg, mult  # mult: depthwise channel multiplier
+    const float *bias              # padded to whole panels, or NULL: raw_bias (oc values)
+    const float *raw_bias
+    ppl_epilogue ep
+    Py_ssize_t nrowblk, rows, nseg, nitems
+    const float **ptrs             # max_threads slices of 2 * cap batch pointers
+    Py_ssize_t cap
+    float *scratch                 # max_threads slices of scratch_floats
+    Py_ssize_t scratch_floats
+    int max_threads
+
+
+def _conv_layout(Py_ssize_t oc, Py_ssize_t icg, Py_ssize_t group, Py_ssize_t kh,
+                 Py_ssize_t kw):
+    """The packed-weight dict of conv_pack_weight without its data: shapes alone decide it."""
+    cdef Py_ssize_t ocg = oc // group
+    cdef Py_ssize_t ocb = _ceil_div(oc, PPL_CB)
+    info = {"oc": oc, "ic": icg * group, "group": group, "kh": kh, "kw": kw}
+    if icg == 1:
+        return {"kind": "depthwise", "size": ocb * kh * kw * PPL_CB, **info}
+    cdef Py_ssize_t npanels = _ceil_div(ocb * PPL_CB, PPL_NB)
+    panels = numpy.zeros((npanels, 3), dtype=numpy.int64)
+    cdef Py_ssize_t offset = 0, p, oc_lo, oc_hi, g_lo, g_hi, icb_lo, nicb
+    for p in range(npanels):
+        oc_lo, oc_hi = p * PPL_NB, min(oc, (p + 1) * PPL_NB)
+        if oc_lo >= oc:  # only padding channels: an empty batch gives bias (zero) lanes
+            panels[p] = (offset, 0, 0)
+            continue
+        g_lo, g_hi = oc_lo // ocg, (oc_hi - 1) // ocg
+        icb_lo = g_lo * icg // PPL_CB
+        nicb = _ceil_div((g_hi + 1) * icg, PPL_CB) - icb_lo
+        panels[p] = (offset, icb_lo, nicb)
+        offset += kh * kw * nicb * PPL_CB * PPL_NB
+    return {"kind": "dense", "size": max(1, offset), "panels": panels,
+            "max_blocks": max(1, int(panels[:, 2].max())), **info}
+
+
+cdef void _pack_dense_panel(const float *w, Py_ssize_t oc, Py_ssize_t icg, Py_ssize_t ocg,
+                            int kh, int kw, Py_ssize_t p, Py_ssize_t icb_lo, Py_ssize_t nicb,
+                            float *dst) noexcept nogil:
+    """dst[tap][c][j] = w[o, ci - g * icg, tap] for output channel o = p * NB + j of group
+    g = o // ocg and input channel ci = icb_lo * 16 + c inside that group; else 0."""
+    cdef Py_ssize_t t, c, j, o, ci, cl, taps = <Py_ssize_t>kh * kw
+    cdef float *row
+    for t in range(taps):
+        for c in range(nicb * PPL_CB):
+            ci = icb_lo * PPL_CB + c
+            row = dst + (t * nicb * PPL_CB + c) * PPL_NB
+            for j in range(PPL_NB):
+                o = p * PPL_NB + j
+                row[j] = 0
+                if o < oc:
+                    cl = ci - (o // ocg) * icg
+                    if 0 <= cl < icg:
+                        row[j] = w[(o * icg + cl) * taps + t]
+
+
+cdef void _pack_dw_block(const float *w, Py_ssize_t oc, Py_ssize_t taps, Py_ssize_t cb,
+                         float *dst) noexcept nogil:
+    """dst[tap][lane] = w[cb * 16 + lane, 0, tap] (0 past oc)."""
+    cdef Py_ssize_t t, lane, o
+    for t in range(taps):
+        for lane in range(PPL_CB):
+            o = cb * PPL_CB + lane
+            dst[t * PPL_CB + lane] = w[o * taps + t] if o < oc else 0
 
 
 def conv_pack_weight(w, int group):
@@ -57,37 +143,27 @@ def conv_pack_weight(w, int group):
         raise ValueError(f"conv_pack_weight: expected (OC, IC/group, KH, KW) with OC divisible "
                          f"by group={group}, got {w.shape}")
     oc, icg, kh, kw = w.shape
-    ocg = oc // group
-    ocb = (oc + PPL_CB - 1) // PPL_CB
-    info = {"oc": oc, "ic": icg * group, "group": group, "kh": kh, "kw": kw}
-    if icg == 1:
-        data = numpy.zeros((ocb * PPL_CB, kh, kw), dtype=numpy.float32)
-        data[:oc] = w[:, 0]
-        data = data.reshape(ocb, PPL_CB, kh, kw).transpose(0, 2, 3, 1)
-        return {"kind": "depthwise", "data": numpy.ascontiguousarray(data), **info}
-    npanels = (ocb * PPL_CB + PPL_NB - 1) // PPL_NB
-    panels = numpy.zeros((npanels, 3), dtype=numpy.int64)
-    blocks = []
-    offset = 0
-    for p in range(npanels):
-        oc_lo, oc_hi = p * PPL_NB, min(oc, (p + 1) * PPL_NB)
-        if oc_lo >= oc:  # only padding channels: an empty batch gives bias (zero) lanes
-            panels[p] = (offset, 0, 0)
-            continue
-        g_lo, g_hi = oc_lo // ocg, (oc_hi - 1) // ocg
-        icb_lo = g_lo * icg // PPL_CB
-        nicb = ((g_hi + 1) * icg + PPL_CB - 1) // PPL_CB - icb_lo
-        blk = numpy.zeros((kh, kw, nicb * PPL_CB, PPL_NB), dtype=numpy.float32)
-        for g in range(g_lo, g_hi + 1):
-            o0, o1 = max(oc_lo, g * ocg), min(oc_hi, (g + 1) * ocg)
-            c0 = g * icg - icb_lo * PPL_CB
-            blk[:, :, c0:c0 + icg, o0 - oc_lo:o1 - oc_lo] = w[o0:o1].transpose(2, 3, 1, 0)
-        panels[p] = (offset, icb_lo, nicb)
-        blocks.append(blk.reshape(-1))
-        offset += blk.size
-    data = numpy.concatenate(blocks) if blocks else numpy.zeros(1, dtype=numpy.float32)
-    return {"kind": "dense", "data": data, "panels": panels,
-            "max_blocks": max(1, int(panels[:, 2].max())), **info}
+    packed = _conv_layout(oc, icg, group, kh, kw)
+    data = numpy.zeros(packed.pop("size"), dtype=numpy.float32)
+    cdef const float[::1] wv = w.reshape(-1)
+    cdef float[::1] dv = data
+    cdef const long long[:, ::1] pv
+    cdef Py_ssize_t p
+    if w.size == 0:
+        packed["data"] = data
+        return packed
+    if packed["kind"] == "depthwise":
+        for p in range(_ceil_div(oc, PPL_CB)):
+            _pack_dw_block(&wv[0], oc, kh * kw, p, &dv[p * kh * kw * PPL_CB])
+        packed["data"] = data.reshape(-1, kh, kw, PPL_CB)
+        return packed
+    pv = packed["panels"]
+    for p in range(pv.shape[0]):
+        if pv[p, 2] > 0:
+            _pack_dense_panel(&wv[0], oc, icg, oc // group, kh, kw, p, pv[p, 1], pv[p, 2],
+                              &dv[pv[p, 0]])
+    packed["data"] = data
+    return packed
 
 
 cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -151,26 +227,26 @@ cdef void _brgemm_run(Py_ssize_t count, Py_ssize_t nb, const float **a_ptrs,
         count -= mm
 
 
-cdef void _conv_dense_item(const float *x, const float *wdata, const long long *panels,
-                           float *y, const _ConvDims *d, Py_ssize_t n, Py_ssize_t oh_lo,
-                           Py_ssize_t oh_hi, Py_ssize_t ow_begin, Py_ssize_t ow_end,
-                           Py_ssize_t p, const ppl_epilogue *ep_base, const float **a_ptrs,
+cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
+                           Py_ssize_t nicb, const float *bias, float *y, const _ConvDims *d,
+                           Py_ssize_t n, Py_ssize_t oh_lo, Py_ssize_t oh_hi,
+                           Py_ssize_t ow_begin, Py_ssize_t ow_end, Py_ssize_t p,
+                           const ppl_epilogue *ep_base, const float **a_ptrs,
                            const float **b_ptrs) noexcept nogil:
     """y[n, panel p, oh_lo:oh_hi, ow_begin:ow_end] as brgemm tiles over (tap, input block)
     batches: MR pixels along a row where every tap fits, MR pixels down a border (or
-    remainder) column where every kernel row fits, and the corners pixel by pixel."""
-    cdef const float *wp = wdata + panels[3 * p]
-    cdef Py_ssize_t nicb = panels[3 * p + 2]
+    remainder) column where every kernel row fits, and the corners pixel by pixel.  wp is
+    the panel's packed weight block, reading input blocks [icb_lo, icb_lo + nicb); bias its
+    PPL_NB biases."""
     cdef Py_ssize_t col0 = p * PPL_NB
     cdef int n_valid = <int>min(<Py_ssize_t>PPL_NB, d.ocb * PPL_CB - col0)
     cdef Py_ssize_t cbs = d.OH * d.OW * PPL_CB
     # Origin of this panel's output plane; pixel (oh, ow) at + (oh * OW + ow) * 16.
     cdef float *y_p = y + (n * d.ocb + col0 // PPL_CB) * cbs + col0 % PPL_CB
-    cdef const float *x_n = x + (n * d.icb + panels[3 * p + 1]) * d.H * d.W * PPL_CB
+    cdef const float *x_n = x + (n * d.icb + icb_lo) * d.H * d.W * PPL_CB
     cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb
     cdef ppl_epilogue ep = ep_base[0]
-    if ep.bias != NULL:
-        ep.bias = ep.bias + col0
+    ep.bias = bias
 
     _interior_cols(d, &ow_lo, &ow_hi)
     ow_lo = max(ow_lo, ow_begin)
@@ -219,141 +295,293 @@ cdef void _conv_dense_item(const float *x, const float *wdata, const long long *
                        PPL_CB, cbs, &ep)
 
 
-cdef void _conv_dense(const float *x, const float *wdata, const long long *panels,
-                      Py_ssize_t npanels, Py_ssize_t max_nicb, float *y,
-                      Py_ssize_t batch, const _ConvDims *d, const ppl_epilogue *ep,
-                      int num_threads) noexcept nogil:
-    """Every (image, block of output rows, row segment, panel) is an independent work item."""
-    cdef Py_ssize_t nseg = _ceil_div(d.OW, d.seg)
-    # Items span several rows unless rows are long (see _ITEM_PIXELS).
-    cdef Py_ssize_t nrowblk = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
-    cdef Py_ssize_t rows = _ceil_div(d.OH, nrowblk)
-    cdef Py_ssize_t nitems = batch * nrowblk * nseg * npanels
-    cdef Py_ssize_t cap = max(<Py_ssize_t>1, <Py_ssize_t>d.kh * d.kw * max_nicb)
-    cdef Py_ssize_t item, rest, p, s, rb, n
-    cdef const float **a_ptrs = NULL
-    cdef const float **b_ptrs = NULL
-    with parallel(num_threads=max(1, num_threads)):
-        # Per-thread batch pointer arrays.
-        a_ptrs = <const float **>malloc(cap * sizeof(float *))
-        b_ptrs = <const float **>malloc(cap * sizeof(float *))
-        if a_ptrs != NULL and b_ptrs != NULL:
-            # Panels innermost: consecutive items on one thread share their input rows.
-            for item in prange(nitems, schedule="static"):
-                p = item % npanels
-                rest = item // npanels
-                s = rest % nseg
-                rest = rest // nseg
-                rb = rest % nrowblk
-                n = rest // nrowblk
-                _conv_dense_item(x, wdata, panels, y, d, n, rb * rows,
-                                 min(d.OH, (rb + 1) * rows), s * d.seg,
-                                 min(d.OW, (s + 1) * d.seg), p, ep, a_ptrs, b_ptrs)
-        free(a_ptrs)
-        free(b_ptrs)
 
 
-cdef void _conv_depthwise(const float *x, const float *wdata, const float *bias, float *y,
-                          Py_ssize_t batch, const _ConvDims *d, int post_op, float p0,
-                          float p1, int num_threads) noexcept nogil:
-    """y[n, cb, oh] = dw(x[n, cb]) per (image, channel block, output row)."""
-    cdef Py_ssize_t nitems = batch * d.ocb * d.OH
-    cdef Py_ssize_t item, oh, cb, n
-    for item in prange(nitems, num_threads=max(1, num_threads), schedule="static"):
-        oh = item % d.OH
-        cb = (item // d.OH) % d.ocb
-        n = item // (d.OH * d.ocb)
-        ppl_dw_row(x + (n * d.icb + cb) * d.H * d.W * PPL_CB, d.H, d.W,
-                   wdata + cb * d.kh * d.kw * PPL_CB, bias + cb * PPL_CB,
-                   y + ((n * d.ocb + cb) * d.OH + oh) * d.OW * PPL_CB, d.OW, oh, d.kh, d.kw,
-                   d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, post_op, p0, p1)
+cdef const float *_item_bias(const _ConvArgs *c, Py_ssize_t col0, Py_ssize_t width,
+                             float *tmp) noexcept nogil:
+    """width biases from output channel col0: padded ones, or a run-time bias copied."""
+    cdef Py_ssize_t j
+    if c.bias != NULL:
+        return c.bias + col0
+    for j in range(width):
+        tmp[j] = c.raw_bias[col0 + j] if col0 + j < c.oc else 0
+    return tmp
 
 
-cdef object _gather_channels(x, Py_ssize_t in_c, Py_ssize_t out_c, Py_ssize_t mult):
-    """N16CX copy of x with out_c channels, channel o taken from input channel o // mult."""
-    n, icb, h, w, _ = x.shape
-    logical = x.transpose(0, 1, 4, 2, 3).reshape(n, icb * PPL_CB, h, w)
-    ocb = _ceil_div(out_c, PPL_CB)
-    src = numpy.zeros((n, ocb * PPL_CB, h, w), dtype=numpy.float32)
-    src[:, :out_c] = logical[:, numpy.arange(out_c) // mult]
-    return numpy.ascontiguousarray(src.reshape(n, ocb, PPL_CB, h, w).transpose(0, 1, 3, 4, 2))
+cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nogil:
+    """Items (image, block of output rows, row segment, panel), panels innermost so that
+    consecutive items of a thread share their input rows; with a run-time weight, whole
+    panels, each packed once."""
+    cdef const _ConvArgs *c = <const _ConvArgs *>args
+    cdef const _ConvDims *d = &c.d
+    cdef Py_ssize_t begin, end, item, rest, p, s, rb, n, n_lo, n_hi
+    cdef Py_ssize_t oh_lo, oh_hi, ow_lo, ow_hi
+    cdef const float *wp
+    cdef const float *bias
+    cdef float *scratch
+    cdef const float **a_ptrs
+    cdef const float **b_ptrs
+    if nthreads > c.max_threads:  # a larger team than the scratch was made for
+        if tid >= c.max_threads:
+            return
+        nthreads = c.max_threads
+    a_ptrs = c.ptrs + tid * 2 * c.cap
+    b_ptrs = a_ptrs + c.cap
+    scratch = c.scratch + tid * c.scratch_floats
+    ppl_partition(c.nitems, tid, nthreads, &begin, &end)
+    for item in range(begin, end):
+        p = item % c.npanels
+        rest = item // c.npanels
+        s = rest % c.nseg
+        rest = rest // c.nseg
+        rb = rest % c.nrowblk
+        n = rest // c.nrowblk
+        bias = _item_bias(c, p * PPL_NB, PPL_NB, scratch)
+        if c.w != NULL:
+            wp = c.w + c.panels[3 * p]
+            n_lo, n_hi = n, n + 1
+            oh_lo, oh_hi = rb * c.rows, min(d.OH, (rb + 1) * c.rows)
+            ow_lo, ow_hi = s * d.seg, min(d.OW, (s + 1) * d.seg)
+        else:  # item = panel: pack it, then every image and pixel
+            if c.panels[3 * p + 2] > 0:
+                _pack_dense_panel(c.raw_w, c.oc, c.icg, c.ocg, d.kh, d.kw, p,
+                                  c.panels[3 * p + 1], c.panels[3 * p + 2], scratch + _BIAS_TMP)
+            wp = scratch + _BIAS_TMP
+            n_lo, n_hi = 0, c.batch
+            oh_lo, oh_hi, ow_lo, ow_hi = 0, d.OH, 0, d.OW
+        for n in range(n_lo, n_hi):
+            _conv_dense_item(c.x, wp, c.panels[3 * p + 1], c.panels[3 * p + 2], bias, c.y, d,
+                             n, oh_lo, oh_hi, ow_lo, ow_hi, p, &c.ep, a_ptrs, b_ptrs)
 
 
-def conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int group, int kh, int kw,
-                      int stride_h, int stride_w, int pad_top, int pad_left, int dil_h,
-                      int dil_w, int post_op, float p0, float p1, int num_threads):
-    """y = post_op(conv2d(x, w, groups=group) + bias), x and y in N16CX."""
-    if (packed_w["oc"] != out_c or packed_w["ic"] != in_c or packed_w["group"] != group
-            or packed_w["kh"] != kh or packed_w["kw"] != kw):
-        raise ValueError(
-            f"conv2d_n16cx_fp32: packed weight is for oc={packed_w['oc']} ic={packed_w['ic']} "
-            f"group={packed_w['group']} kernel={packed_w['kh']}x{packed_w['kw']}, called with "
-            f"oc={out_c} ic={in_c} group={group} kernel={kh}x{kw}: repack the weight")
+cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept nogil:
+    """Items (image, channel block, output row); whole planes when an item must first gather
+    its input channels (channel multiplier > 1)."""
+    cdef const _ConvArgs *c = <const _ConvArgs *>args
+    cdef const _ConvDims *d = &c.d
+    cdef Py_ssize_t begin, end, item, rest, oh, oh_lo, oh_hi, cb, n, lane, o, ci, hw
+    cdef Py_ssize_t plane = d.H * d.W * PPL_CB, taps = <Py_ssize_t>d.kh * d.kw
+    cdef const float *x_p
+    cdef const float *src
+    cdef const float *wp
+    cdef const float *bias
+    cdef float *scratch
+    cdef float *gathered
+    cdef float *y_p
+    cdef bint whole = c.mult > 1
+    if nthreads > c.max_threads:
+        if tid >= c.max_threads:
+            return
+        nthreads = c.max_threads
+    scratch = c.scratch + tid * c.scratch_floats  # [bias][taps x 16][plane]
+    gathered = scratch + _BIAS_TMP + taps * PPL_CB
+    ppl_partition(c.nitems, tid, nthreads, &begin, &end)
+    for item in range(begin, end):
+        if whole:
+            oh_lo, oh_hi, rest = 0, d.OH, item
+        else:
+            oh_lo = item % d.OH
+            oh_hi, rest = oh_lo + 1, item // d.OH
+        cb = rest % d.ocb
+        n = rest // d.ocb
+        bias = _item_bias(c, cb * PPL_CB, PPL_CB, scratch)
+        if c.w != NULL:
+            wp = c.w + cb * taps * PPL_CB
+        else:
+            _pack_dw_block(c.raw_w, c.oc, taps, cb, scratch + _BIAS_TMP)
+            wp = scratch + _BIAS_TMP
+        if whole:  # lane o of the block reads input channel o // mult
+            for lane in range(PPL_CB):
+                o = cb * PPL_CB + lane
+                if o < c.oc:
+                    ci = o // c.mult
+                    src = c.x + (n * d.icb + ci // PPL_CB) * plane + ci % PPL_CB
+                    for hw in range(d.H * d.W):
+                        gathered[hw * PPL_CB + lane] = src[hw * PPL_CB]
+                else:
+                    for hw in range(d.H * d.W):
+                        gathered[hw * PPL_CB + lane] = 0
+            x_p = gathered
+        else:
+            x_p = c.x + (n * d.icb + cb) * plane
+        y_p = c.y + (n * d.ocb + cb) * d.OH * d.OW * PPL_CB
+        for oh in range(oh_lo, oh_hi):
+            ppl_dw_row(x_p, d.H, d.W, wp, bias, y_p + oh * d.OW * PPL_CB, d.OW, oh, d.kh, d.kw, d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op,
+                       c.ep.p0, c.ep.p1)
+
+
+def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int out_c,
+                           int group, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH,
+                           Py_ssize_t OW, int kh, int kw, int stride_h, int stride_w,
+                           int pad_top, int pad_left, int dil_h, int dil_w, int post_op,
+                           float p0, float p1, int num_threads, *, packed_w=None,
+                           size_t w=0, bias=None, size_t b=0, keep=()):
+    """The step computing y = post_op(conv2d(x, W, groups=group) + bias), x and y in N16CX
+    at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16), OH, OW, 16).
+
+    W: packed_w from conv_pack_weight, or the address w of a raw (OC, IC/group, KH, KW)
+    weight computed at run time.  Bias: an array of out_c values, or the address b of one
+    computed at run time, or neither.  Memory at addresses outlives the step (``keep``)."""
     if min(stride_h, stride_w, dil_h, dil_w) < 1 or min(pad_top, pad_left) < 0:
-        raise ValueError("conv2d_n16cx_fp32: strides and dilations must be >= 1, pads >= 0")
+        raise ValueError("make_conv2d_n16cx_step: strides and dilations must be >= 1, "
+                         "pads >= 0")
     if post_op < 0 or post_op > 4:
-        raise ValueError(f"conv2d_n16cx_fp32: unknown post_op {post_op}")
-    depthwise = packed_w["kind"] == "depthwise"
-    if depthwise and out_c != in_c:
-        x = _gather_channels(numpy.asarray(x), in_c, out_c, out_c // in_c)
-    cdef const float[:, :, :, :, ::1] xv = x
-    cdef float[:, :, :, :, ::1] yv = y
+        raise ValueError(f"make_conv2d_n16cx_step: unknown post_op {post_op}")
+    if group < 1 or in_c % group or out_c % group or min(in_c, out_c, kh, kw) < 1:
+        raise ValueError(f"make_conv2d_n16cx_step: bad channels in_c={in_c} out_c={out_c} "
+                         f"group={group} or kernel {kh}x{kw}")
+    if min(batch, H, W, OH, OW) < 1:
+        raise ValueError(f"make_conv2d_n16cx_step: empty x or y (batch={batch} H={H} W={W} "
+                         f"OH={OH} OW={OW}): make no step")
+    if (packed_w is None) == (w == 0):
+        raise ValueError("make_conv2d_n16cx_step: give packed_w or the address w, not both")
+    if bias is not None and b:
+        raise ValueError("make_conv2d_n16cx_step: give bias or the address b, not both")
+    if packed_w is not None:
+        if (packed_w["oc"] != out_c or packed_w["ic"] != in_c or packed_w["group"] != group
+                or packed_w["kh"] != kh or packed_w["kw"] != kw):
+            raise ValueError(
+                f"make_conv2d_n16cx_step: packed weight is for oc={packed_w['oc']} "
+                f"ic={packed_w['ic']} group={packed_w['group']} kernel="
+                f"{packed_w['kh']}x{packed_w['kw']}, called with oc={out_c} ic={in_c} "
+                f"group={group} kernel={kh}x{kw}: repack the weight")
+        layout = packed_w
+    else:
+        layout = _conv_layout(out_c, in_c // group, group, kh, kw)
+    num_threads = max(1, num_threads)
+    cdef bint depthwise = layout["kind"] == "depthwise"
     cdef _ConvDims d
-    d.icb = xv.shape[1]
-    d.ocb = yv.shape[1]
-    d.H, d.W, d.OH, d.OW = xv.shape[2], xv.shape[3], yv.shape[2], yv.shape[3]
+    d.icb = _ceil_div(in_c, PPL_CB)
+    d.ocb = _ceil_div(out_c, PPL_CB)
+    d.H, d.W, d.OH, d.OW = H, W, OH, OW
     d.kh, d.kw, d.sh, d.sw = kh, kw, stride_h, stride_w
     d.pt, d.pl, d.dh, d.dw = pad_top, pad_left, dil_h, dil_w
-    cdef Py_ssize_t batch = xv.shape[0]
-    expect_icb = _ceil_div(out_c if depthwise else in_c, PPL_CB)
-    if (xv.shape[4] != PPL_CB or yv.shape[4] != PPL_CB or d.icb != expect_icb
-            or d.ocb != _ceil_div(out_c, PPL_CB) or yv.shape[0] != batch):
-        raise ValueError(
-            f"conv2d_n16cx_fp32: expected x (N, {_ceil_div(in_c, PPL_CB)}, H, W, 16) and y "
-            f"(N, {_ceil_div(out_c, PPL_CB)}, OH, OW, 16), got x "
-            f"{tuple(numpy.shape(x))} and y {tuple(numpy.shape(y))}")
-    if batch == 0 or d.OH == 0 or d.OW == 0:
-        return
-
-    # Bias padded with zeros to whole panels: padding lanes come out finite (post_op(0)).
-    cdef Py_ssize_t width = max(d.ocb * PPL_CB, _ceil_div(d.ocb * PPL_CB, PPL_NB) * PPL_NB)
-    bias_pad = numpy.zeros(width, dtype=numpy.float32)
-    if bias is not None:
-        bias = numpy.asarray(bias, dtype=numpy.float32).reshape(-1)
-        if bias.shape[0] != out_c:
-            raise ValueError(f"conv2d_n16cx_fp32: bias must have {out_c} values, got "
-                             f"{bias.shape[0]}")
-        bias_pad[:out_c] = bias
-    cdef const float[::1] bv = bias_pad
-    cdef const float[::1] wv = packed_w["data"].reshape(-1)
-
-    if depthwise:
-        with nogil:
-            _conv_depthwise(&xv[0, 0, 0, 0, 0], &wv[0], &bv[0], &yv[0, 0, 0, 0, 0], batch, &d,
-                            post_op, p0, p1, num_threads)
-        return
-
-    cdef const long long[:, ::1] panels = packed_w["panels"]
-    cdef Py_ssize_t max_nicb = packed_w["max_blocks"]
-    cdef ppl_epilogue ep
-    ep.alpha = 1.0
-    ep.beta = 0.0
-    ep.bias = &bv[0]
-    ep.addend = NULL
-    ep.accumulate = 0
-    ep.post_op = post_op
-    ep.p0 = p0
-    ep.p1 = p1
-    if (kh == 1 and kw == 1 and stride_h == 1 and stride_w == 1 and pad_top == 0
-            and pad_left == 0 and d.OH == d.H and d.OW == d.W):
-        # A pointwise conv is one long row of H*W pixels: no row-end tails.
-        d.W = d.OW = d.H * d.W
-        d.H = d.OH = 1
     # With fewer than 16 input channels (an RGB first layer) the rest of the block is
     # padding: reduce over the real channels only (their weight rows come first).
     d.kc = in_c if d.icb == 1 else PPL_CB
     # Row segments of a few dozen tiles: the input they read stays in L2 across panels.
     d.seg = PPL_MR * 16
-    with nogil:
-        _conv_dense(&xv[0, 0, 0, 0, 0], &wv[0], &panels[0, 0], panels.shape[0], max_nicb,
-                    &yv[0, 0, 0, 0, 0], batch, &d, &ep, num_threads)
+    if (not depthwise and kh == 1 and kw == 1 and stride_h == 1 and stride_w == 1
+            and pad_top == 0 and pad_left == 0 and OH == H and OW == W):
+        # A pointwise conv is one long row of H*W pixels: no row-end tails.
+        d.W = d.OW = H * W
+        d.H = d.OH = 1
+
+    # Bias padded with zeros to whole panels: padding lanes come out finite (post_op(0)).
+    bias_pad = None
+    if bias is not None or not b:
+        bias_pad = numpy.zeros(_ceil_div(d.ocb * PPL_CB, PPL_NB) * PPL_NB, dtype=numpy.float32)
+    if bias is not None:
+        bias = numpy.asarray(bias, dtype=numpy.float32).reshape(-1)
+        if bias.shape[0] != out_c:
+            raise ValueError(f"make_conv2d_n16cx_step: bias must have {out_c} values, got "
+                             f"{bias.shape[0]}")
+        bias_pad[:out_c] = bias
+
+    cdef Py_ssize_t npanels = 0, max_nicb = 0, nitems, cap = 1
+    cdef Py_ssize_t scratch_floats = _BIAS_TMP  # a run-time bias
+    cdef Py_ssize_t taps = <Py_ssize_t>kh * kw
+    cdef Py_ssize_t mult = out_c // in_c if depthwise else 1
+    cdef Py_ssize_t nrowblk = 1, rows = 1, nseg = 1
+    if depthwise:
+        scratch_floats += taps * PPL_CB
+        if mult > 1:
+            scratch_floats += H * W * PPL_CB
+            nitems = batch * d.ocb
+        else:
+            nitems = batch * d.ocb * OH
+    else:
+        npanels = layout["panels"].shape[0]
+        max_nicb = layout["max_blocks"]
+        cap = max(<Py_ssize_t>1, taps * max_nicb)
+        if w:
+            scratch_floats += taps * max_nicb * PPL_CB * PPL_NB
+            nitems = npanels
+        else:
+            nseg = _ceil_div(d.OW, d.seg)
+            # Items span several rows unless rows are long (see _ITEM_PIXELS).
+            nrowblk = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
+            rows = _ceil_div(d.OH, nrowblk)
+            nitems = batch * nrowblk * nseg * npanels
+    scratch_floats = _ceil_div(scratch_floats, 16) * 16  # slices 64 bytes apart
+    scratch = numpy.empty(num_threads * scratch_floats, dtype=numpy.float32)
+    ptrs = numpy.empty(num_threads * 2 * cap, dtype=numpy.uintp)
+
+    cdef double flops = 2.0 * batch * out_c * OH * OW * taps * (in_c // group)
+    cdef Step step = new_step(_conv_depthwise_step if depthwise else _conv_dense_step,
+                              sizeof(_ConvArgs), flops >= _PARALLEL_FLOPS,
+                              (keep, layout, bias_pad, scratch, ptrs))
+    cdef _ConvArgs *c = <_ConvArgs *>step.args
+    cdef float[::1] scratch_v = scratch
+    cdef size_t[::1] ptrs_v = ptrs
+    cdef const float[::1] bias_v
+    cdef const float[::1] wv
+    cdef const long long[:, ::1] panels_v
+    c.x = <const float *>x
+    c.y = <float *>y
+    c.d = d
+    c.batch = batch
+    c.depthwise = depthwise
+    c.w = NULL
+    if packed_w is not None:
+        wv = packed_w["data"].reshape(-1)
+        c.w = &wv[0]
+    c.raw_w = <const float *>w
+    c.panels = NULL
+    if not depthwise:
+        panels_v = layout["panels"]
+        c.panels = &panels_v[0, 0]
+    c.npanels, c.max_nicb = npanels, max_nicb
+    c.oc, c.icg, c.ocg, c.mult = out_c, in_c // group, out_c // group, mult
+    c.bias = NULL
+    if bias_pad is not None:
+        bias_v = bias_pad
+        c.bias = &bias_v[0]
+    c.raw_bias = <const float *>b
+    c.ep.alpha = 1.0
+    c.ep.beta = 0.0
+    c.ep.bias = c.bias
+    c.ep.addend = NULL
+    c.ep.accumulate = 0
+    c.ep.post_op = post_op
+    c.ep.p0, c.ep.p1 = p0, p1
+    c.nrowblk, c.rows, c.nseg, c.nitems = nrowblk, rows, nseg, nitems
+    c.ptrs = <const float **>&ptrs_v[0]
+    c.cap = cap
+    c.scratch = &scratch_v[0]
+    c.scratch_floats = scratch_floats
+    c.max_threads = num_threads
+    return step
+
+
+def conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int group, int kh, int kw,
+                      int stride_h, int stride_w, int pad_top, int pad_left, int dil_h,
+                      int dil_w, int post_op, float p0, float p1, int num_threads):
+    """y = post_op(conv2d(x, w, groups=group) + bias), x and y in N16CX; packed_w from
+    conv_pack_weight, or a raw (OC, IC/group, KH, KW) float32 array."""
+    cdef const float[:, :, :, :, ::1] xv = x
+    cdef float[:, :, :, :, ::1] yv = y
+    if (xv.shape[4] != PPL_CB or yv.shape[4] != PPL_CB or xv.shape[1] != _ceil_div(in_c, PPL_CB)
+            or yv.shape[1] != _ceil_div(out_c, PPL_CB) or yv.shape[0] != xv.shape[0]):
+        raise ValueError(
+            f"conv2d_n16cx_fp32: expected x (N, {_ceil_div(in_c, PPL_CB)}, H, W, 16) and y "
+            f"(N, {_ceil_div(out_c, PPL_CB)}, OH, OW, 16), got x "
+            f"{tuple(numpy.shape(x))} and y {tuple(numpy.shape(y))}")
+    if xv.shape[0] == 0 or yv.shape[2] == 0 or yv.shape[3] == 0:
+        return
+    cdef const float[::1] raw_v
+    cdef size_t w_address = 0
+    if not isinstance(packed_w, dict):
+        packed_w = numpy.ascontiguousarray(packed_w, dtype=numpy.float32)
+        if packed_w.shape != (out_c, in_c // group, kh, kw):
+            raise ValueError(f"conv2d_n16cx_fp32: weight must be "
+                             f"{(out_c, in_c // group, kh, kw)}, got {packed_w.shape}")
+        raw_v = packed_w.reshape(-1)
+        w_address = <size_t>&raw_v[0]
+    step = make_conv2d_n16cx_step(
+        <size_t>&xv[0, 0, 0, 0, 0], <size_t>&yv[0, 0, 0, 0, 0], xv.shape[0], in_c, out_c,
+        group, xv.shape[2], xv.shape[3], yv.shape[2], yv.shape[3], kh, kw, stride_h, stride_w,
+        pad_top, pad_left, dil_h, dil_w, post_op, p0, p1, num_threads,
+        packed_w=None if w_address else packed_w, w=w_address, bias=bias,
+        keep=(x, y, packed_w))
+    run_steps([step], num_threads)

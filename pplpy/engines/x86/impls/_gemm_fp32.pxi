@@ -1,18 +1,33 @@
-# GEMM on the brgemm microkernel: out = post_op(alpha * (A @ B) + beta * addend + bias).
+# GEMM on the brgemm microkernel, as a compiled step of the run plan:
+#
+#     out[i] = post_op(alpha * (A[i] @ B[i]) + beta * C + bias)     for each batch entry i
 #
 # Written once, included by _gemm_fp32_{avx512,fma,sse}.pyx after each defines PPL_VLEN, so
 # every tier gets its own vectorised copy (numpy-style dispatch, STYLE.md).
 #
-# B is packed once (weights are constant) into panels of PPL_NB columns: packed[p, k, j] =
-# B[k, p * PPL_NB + j], zero past N, so the microkernel streams one panel row per k with
-# unit-stride vector loads.  The multiply is blocked Goto-style: a work item is a block of
-# rows times a group of panels; inside it K is cut into chunks of at most _KC so that one
-# panel chunk stays in L1 while the tiles of the row block (kept in L2) stream past it.
-# Work items are independent output blocks, spread over threads with prange.
+# B is packed into panels of PPL_NB columns: packed[p, k, j] = B[k, p * PPL_NB + j], zero
+# past N, so the microkernel streams one panel row per k with unit-stride vector loads.  A
+# constant B is packed once (gemm_pack_b, when the kernel is made).  The multiply is blocked
+# Goto-style: a work item is one batch entry x a block of rows x a group of panels; inside
+# it K is cut into chunks of at most _KC so that one panel chunk stays in L1 while the tiles
+# of the row block (kept in L2) stream past it.  Work items are independent output blocks:
+# thread tid of the team takes its contiguous share (ppl_partition), no barrier needed.
+#
+# Inputs that are not ready for the microkernel are prepared inside the item that uses them,
+# so that one step (no barrier) does the whole op:
+#   raw B (computed at run time)   an item spans every row block of its entry and packs its
+#                                  own panel group first, into its thread's scratch: each
+#                                  panel is packed once per entry
+#   A stored transposed (transA)   each item copies its rows into its thread's scratch
+#   C broadcast at run time        added by the item after its tiles, with the post-op
+# The split into items does not depend on the thread count, so every thread count gives the
+# same bits.
 
-from cython.parallel cimport prange
+from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
+
+from pplpy.runtime.step import run_steps
 
 include "_brgemm_fp32.pxi"
 
@@ -21,6 +36,57 @@ cdef enum:
     _MC_TILES = 16      # register tiles per row block (96 rows at fma): A block in L2
     _MAX_GROUP_COLS = 256   # columns per work item at most
     _ITEMS_PER_THREAD = 4   # enough work items to balance threads on small shapes
+    _PARALLEL_FLOPS = 1 << 20   # a smaller product runs as a serial step
+
+
+ctypedef struct _GemmArgs:
+    const float *a              # entry i at a + a_off[i]; row r at + r * lda
+    Py_ssize_t lda
+    int trans_a                 # A stored K x M (row stride lda): items transpose their rows
+    const float *b              # packed B (entry i at b + b_off[i]), or raw B when pack_b
+    int pack_b
+    Py_ssize_t b_sk, b_sn       # raw B: element (k, n) at + k * b_sk + n * b_sn
+    const Py_ssize_t *a_off
+    const Py_ssize_t *b_off
+    Py_ssize_t batch
+    float *out                  # entry i at out + i * m * n, row-major m x n
+    Py_ssize_t m, k, n
+    ppl_epilogue ep             # bias padded to whole panels; addend m x n (entry 0 only)
+    const float *c              # NULL, or C added after the tiles: (r, j) at r*c_s0 + j*c_s1
+    Py_ssize_t c_s0, c_s1
+    float c_beta
+    int post_op                 # applied after C when c is set (ep.post_op is then NONE)
+    float p0, p1
+    Py_ssize_t npanels, nmblocks, rows_per_block, ngroups, panels_per_group, kc
+    float *scratch              # max_threads slices of scratch_floats
+    Py_ssize_t scratch_floats
+    int max_threads
+
+
+cdef void _pack_panels(const float *b, Py_ssize_t sk, Py_ssize_t sn, Py_ssize_t k,
+                       Py_ssize_t n, Py_ssize_t p_lo, Py_ssize_t p_hi,
+                       float *dst) noexcept nogil:
+    """dst[p - p_lo, kk, j] = B[kk, p * NB + j] (0 past n) for panels [p_lo, p_hi)."""
+    cdef Py_ssize_t p, kk, j, col, ncols
+    cdef float *panel
+    for p in range(p_lo, p_hi):
+        panel = dst + (p - p_lo) * k * PPL_NB
+        ncols = min(<Py_ssize_t>PPL_NB, n - p * PPL_NB)
+        if sn == 1:
+            for kk in range(k):
+                for j in range(ncols):
+                    panel[kk * PPL_NB + j] = b[kk * sk + p * PPL_NB + j]
+                for j in range(ncols, PPL_NB):
+                    panel[kk * PPL_NB + j] = 0
+        else:  # B stored transposed: read along k
+            for j in range(PPL_NB):
+                col = p * PPL_NB + j
+                if j < ncols:
+                    for kk in range(k):
+                        panel[kk * PPL_NB + j] = b[kk * sk + col * sn]
+                else:
+                    for kk in range(k):
+                        panel[kk * PPL_NB + j] = 0
 
 
 def gemm_pack_b(b, bint trans_b):
@@ -28,27 +94,36 @@ def gemm_pack_b(b, bint trans_b):
     b = numpy.asarray(b)
     if b.ndim != 2 or b.dtype != numpy.float32:
         raise ValueError(f"gemm_pack_b: expected a 2-D float32 array, got {b.dtype} {b.shape}")
-    bmat = b.T if trans_b else b
-    k, n = bmat.shape
-    npanels = (n + PPL_NB - 1) // PPL_NB
-    padded = numpy.zeros((k, npanels * PPL_NB), dtype=numpy.float32)
-    padded[:, :n] = bmat
-    return numpy.ascontiguousarray(padded.reshape(k, npanels, PPL_NB).transpose(1, 0, 2))
+    cdef const float[:, :] bv = b
+    cdef Py_ssize_t k = b.shape[1] if trans_b else b.shape[0]
+    cdef Py_ssize_t n = b.shape[0] if trans_b else b.shape[1]
+    cdef Py_ssize_t npanels = (n + PPL_NB - 1) // PPL_NB
+    packed = numpy.zeros((npanels, k, PPL_NB), dtype=numpy.float32)
+    cdef float[:, :, ::1] pv = packed
+    cdef Py_ssize_t s0 = bv.strides[0] // sizeof(float), s1 = bv.strides[1] // sizeof(float)
+    if k == 0 or n == 0:
+        return packed
+    with nogil:
+        if trans_b:
+            _pack_panels(&bv[0, 0], s1, s0, k, n, 0, npanels, &pv[0, 0, 0])
+        else:
+            _pack_panels(&bv[0, 0], s0, s1, k, n, 0, npanels, &pv[0, 0, 0])
+    return packed
 
 
-cdef void _gemm_item(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_t m,
-                     Py_ssize_t k, Py_ssize_t n, float *out, const ppl_epilogue *ep_final,
-                     Py_ssize_t row_lo, Py_ssize_t row_hi, Py_ssize_t panel_lo,
-                     Py_ssize_t panel_hi, Py_ssize_t kc) noexcept nogil:
+cdef void _gemm_block(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_t k,
+                      Py_ssize_t n, float *out, const ppl_epilogue *ep_final,
+                      Py_ssize_t row_lo, Py_ssize_t row_hi, Py_ssize_t panel_lo,
+                      Py_ssize_t panel_hi, Py_ssize_t kc) noexcept nogil:
     """out[rows, panels] of the product, K chunk by K chunk (first chunk adds addend and
-    bias, last applies the post-op)."""
+    bias, last applies the post-op).  a points at row 0 of the entry (row r at + r * lda),
+    pb at panel panel_lo."""
     cdef ppl_epilogue ep
-    cdef Py_ssize_t k0, p, row0, kc_len
+    cdef Py_ssize_t k0 = 0, p, row0, kc_len
     cdef const float *a_ptr
     cdef const float *b_ptr
     cdef int mm, n_valid
-    k0 = 0
-    while k0 < k:
+    while True:  # at least one chunk: k = 0 still writes the epilogue
         kc_len = min(kc, k - k0)
         ep = ep_final[0]
         if k0 > 0:
@@ -63,7 +138,7 @@ cdef void _gemm_item(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_t
             while row0 < row_hi:
                 mm = <int>min(<Py_ssize_t>PPL_MR, row_hi - row0)
                 a_ptr = a + row0 * lda + k0
-                b_ptr = pb + (p * k + k0) * PPL_NB
+                b_ptr = pb + ((p - panel_lo) * k + k0) * PPL_NB
                 if k0 == 0 and ep_final.addend != NULL:
                     ep.addend = &ep_final.addend[row0 * n + p * PPL_NB]
                 if k0 == 0 and ep_final.bias != NULL:
@@ -72,36 +147,81 @@ cdef void _gemm_item(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_t
                            out + row0 * n + p * PPL_NB, n, PPL_CB, &ep)
                 row0 += mm
         k0 += kc_len
+        if k0 >= k:
+            break
 
 
-cdef void _gemm_core(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_t m,
-                     Py_ssize_t k, Py_ssize_t n, float *out, const ppl_epilogue *ep,
-                     int num_threads) noexcept nogil:
-    """Split out into row blocks x panel groups and run the blocks in parallel."""
-    cdef Py_ssize_t npanels = (n + PPL_NB - 1) // PPL_NB
-    cdef Py_ssize_t mtiles = (m + PPL_MR - 1) // PPL_MR
-    # Even row blocks and K chunks: ceil-divide the count, then the size.
-    cdef Py_ssize_t nmblocks = (mtiles + _MC_TILES - 1) // _MC_TILES
-    cdef Py_ssize_t tiles_per_block = (mtiles + nmblocks - 1) // nmblocks
-    cdef Py_ssize_t nkc = (k + _KC - 1) // _KC
-    cdef Py_ssize_t kc = (k + nkc - 1) // nkc
-    # Panel groups: at most _MAX_GROUP_COLS wide, and enough of them that a matrix-vector
-    # shape (one row block) still gives every thread several items.
-    cdef Py_ssize_t want = max(1, num_threads) * _ITEMS_PER_THREAD
-    cdef Py_ssize_t ngroups = max((npanels * PPL_NB + _MAX_GROUP_COLS - 1) // _MAX_GROUP_COLS,
-                                  (want + nmblocks - 1) // nmblocks)
-    ngroups = min(ngroups, npanels)
-    cdef Py_ssize_t panels_per_group = (npanels + ngroups - 1) // ngroups
-    ngroups = (npanels + panels_per_group - 1) // panels_per_group
-    cdef Py_ssize_t item, mb, g, row_lo, row_hi
-    for item in prange(nmblocks * ngroups, num_threads=max(1, num_threads),
-                       schedule="dynamic"):
-        mb = item // ngroups
-        g = item % ngroups
-        row_lo = mb * tiles_per_block * PPL_MR
-        row_hi = min(m, row_lo + tiles_per_block * PPL_MR)
-        _gemm_item(a, lda, pb, m, k, n, out, ep, row_lo, row_hi, g * panels_per_group,
-                   min(npanels, (g + 1) * panels_per_group), kc)
+cdef void _add_c(const _GemmArgs *g, float *out, Py_ssize_t row_lo, Py_ssize_t row_hi,
+                 Py_ssize_t col_lo, Py_ssize_t col_hi) noexcept nogil:
+    """out[rows, cols] = post_op(out + c_beta * C) for a C broadcast at run time."""
+    cdef Py_ssize_t r, j
+    cdef float *o
+    cdef const float *c
+    for r in range(row_lo, row_hi):
+        o = out + r * g.n
+        c = g.c + r * g.c_s0
+        for j in range(col_lo, col_hi):
+            o[j] = ppl_post_scalar(o[j] + g.c_beta * c[j * g.c_s1], g.post_op, g.p0, g.p1)
+
+
+cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
+    """Work items (entry, row-block range, panel group) [begin, end) of this thread."""
+    cdef const _GemmArgs *g = <const _GemmArgs *>args
+    cdef Py_ssize_t nmitems = 1 if g.pack_b else g.nmblocks
+    cdef Py_ssize_t begin, end, item, rest, grp, bi, mb_lo, mb_hi, mb, r, kk
+    cdef Py_ssize_t row_lo, row_hi, p_lo, p_hi
+    cdef const float *a_e
+    cdef const float *a_blk
+    cdef const float *pb
+    cdef float *out_e
+    cdef float *scratch_a = NULL
+    cdef float *scratch_b = NULL
+    cdef Py_ssize_t lda
+    cdef ppl_epilogue ep
+    if nthreads > g.max_threads:  # a larger team than the scratch was made for
+        if tid >= g.max_threads:
+            return
+        nthreads = g.max_threads
+    if g.scratch != NULL:
+        scratch_b = g.scratch + tid * g.scratch_floats
+        scratch_a = scratch_b + (g.panels_per_group * g.k * PPL_NB if g.pack_b else 0)
+    ppl_partition(g.batch * nmitems * g.ngroups, tid, nthreads, &begin, &end)
+    for item in range(begin, end):
+        grp = item % g.ngroups
+        rest = item // g.ngroups
+        bi = rest // nmitems
+        p_lo = grp * g.panels_per_group
+        p_hi = min(g.npanels, p_lo + g.panels_per_group)
+        if g.pack_b:
+            mb_lo, mb_hi = 0, g.nmblocks
+            _pack_panels(g.b + g.b_off[bi], g.b_sk, g.b_sn, g.k, g.n, p_lo, p_hi, scratch_b)
+            pb = scratch_b
+        else:
+            mb_lo = rest % nmitems
+            mb_hi = mb_lo + 1
+            pb = g.b + g.b_off[bi] + p_lo * g.k * PPL_NB
+        a_e = g.a + g.a_off[bi]
+        out_e = g.out + bi * g.m * g.n
+        for mb in range(mb_lo, mb_hi):
+            row_lo = mb * g.rows_per_block
+            row_hi = min(g.m, row_lo + g.rows_per_block)
+            # The block's own origin: rows [row_lo, row_hi) become rows [0, row_hi - row_lo).
+            ep = g.ep
+            if ep.addend != NULL:
+                ep.addend = ep.addend + (bi * g.m + row_lo) * g.n
+            if g.trans_a:  # rows [row_lo, row_hi) of A = columns of the stored K x M
+                for r in range(row_lo, row_hi):
+                    for kk in range(g.k):
+                        scratch_a[(r - row_lo) * g.k + kk] = a_e[kk * g.lda + r]
+                a_blk = scratch_a
+                lda = g.k
+            else:
+                a_blk = a_e + row_lo * g.lda
+                lda = g.lda
+            _gemm_block(a_blk, lda, pb, g.k, g.n, out_e + row_lo * g.n, &ep, 0,
+                        row_hi - row_lo, p_lo, p_hi, g.kc)
+            if g.c != NULL:
+                _add_c(g, out_e, row_lo, row_hi, p_lo * PPL_NB, min(g.n, p_hi * PPL_NB))
 
 
 cdef object _padded_bias(bias, Py_ssize_t size, Py_ssize_t n):
@@ -112,6 +232,121 @@ cdef object _padded_bias(bias, Py_ssize_t size, Py_ssize_t n):
     padded = numpy.zeros(size, dtype=numpy.float32)
     padded[:n] = bias
     return padded
+
+
+cdef object _offsets(offsets, Py_ssize_t batch, str name):
+    if offsets is None:
+        return numpy.zeros(batch, dtype=numpy.intp)
+    offsets = numpy.ascontiguousarray(offsets, dtype=numpy.intp).reshape(-1)
+    if offsets.shape[0] != batch:
+        raise ValueError(f"make_gemm_step: {name} must have {batch} entries (one per batch "
+                         f"entry), got {offsets.shape[0]}")
+    return offsets
+
+
+def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, Py_ssize_t n,
+                   int num_threads, *, Py_ssize_t batch=1, a_offsets=None, b_offsets=None,
+                   Py_ssize_t lda=-1, bint trans_a=False, bint b_packed=True,
+                   bint trans_b=False, Py_ssize_t ldb=-1, float alpha=1.0, bias=None,
+                   size_t addend=0, size_t c=0, Py_ssize_t c_s0=0, Py_ssize_t c_s1=0,
+                   float beta=0.0, int post_op=0, float p0=0.0, float p1=0.0, keep=()):
+    """The step computing out[i] = post_op(alpha * A[i] @ B[i] + beta * C + bias), i < batch.
+
+    Addresses are of float32 memory that outlives the step (``keep`` holds its owners).
+    A[i] at a + a_offsets[i] floats: M x K with row stride lda (default K), or with trans_a
+    stored K x M (row stride lda, default M).  B[i] at b + b_offsets[i] floats: packed by
+    gemm_pack_b when b_packed, else raw K x N (row stride ldb, default N) or with trans_b
+    N x K (default K).  out[i] at out + i * M * N, row-major.  bias: N values (or None);
+    addend: an M x N array scaled by beta (batch 1); c: a C broadcast at run time, (r, j) at
+    c + r * c_s0 + j * c_s1 floats, scaled by beta and added before the post-op (batch 1)."""
+    if m < 1 or n < 1 or k < 0 or batch < 1:
+        raise ValueError(f"make_gemm_step: expected m, n, batch >= 1 and k >= 0, got m={m} "
+                         f"n={n} k={k} batch={batch}")
+    if post_op < 0 or post_op > 4:
+        raise ValueError(f"make_gemm_step: unknown post_op {post_op}")
+    if (addend or c) and batch != 1:
+        raise ValueError("make_gemm_step: addend and c need batch 1")
+    if addend and c:
+        raise ValueError("make_gemm_step: give addend or c, not both")
+    num_threads = max(1, num_threads)
+    a_off = _offsets(a_offsets, batch, "a_offsets")
+    b_off = _offsets(b_offsets, batch, "b_offsets")
+    cdef Py_ssize_t npanels = (n + PPL_NB - 1) // PPL_NB
+    cdef Py_ssize_t mtiles = (m + PPL_MR - 1) // PPL_MR
+    # Even row blocks and K chunks: ceil-divide the count, then the size.
+    cdef Py_ssize_t nmblocks = (mtiles + _MC_TILES - 1) // _MC_TILES
+    cdef Py_ssize_t tiles_per_block = (mtiles + nmblocks - 1) // nmblocks
+    cdef Py_ssize_t nkc = max(1, (k + _KC - 1) // _KC)
+    # Panel groups: at most _MAX_GROUP_COLS wide, and enough of them that a matrix-vector
+    # shape (one row block) still gives every thread several items: M = 1 splits over N.
+    cdef Py_ssize_t row_items = batch * (1 if not b_packed else nmblocks)
+    cdef Py_ssize_t want = num_threads * _ITEMS_PER_THREAD
+    cdef Py_ssize_t ngroups = max((npanels * PPL_NB + _MAX_GROUP_COLS - 1) // _MAX_GROUP_COLS,
+                                  (want + row_items - 1) // row_items)
+    ngroups = min(ngroups, npanels)
+    cdef Py_ssize_t panels_per_group = (npanels + ngroups - 1) // ngroups
+    ngroups = (npanels + panels_per_group - 1) // panels_per_group
+    cdef Py_ssize_t rows_per_block = tiles_per_block * PPL_MR
+
+    cdef Py_ssize_t scratch_floats = 0
+    if not b_packed:
+        scratch_floats += panels_per_group * k * PPL_NB
+    if trans_a:
+        scratch_floats += rows_per_block * k
+    scratch = None
+    if scratch_floats:
+        scratch_floats = (scratch_floats + 15) // 16 * 16  # slices 64-byte apart
+        scratch = numpy.empty(num_threads * scratch_floats, dtype=numpy.float32)
+    bias_pad = None
+    if bias is not None:
+        # The last panel's vector epilogue reads PPL_NB columns: give it zeros past n.
+        bias_pad = _padded_bias(bias, npanels * PPL_NB, n)
+
+    cdef Step step = new_step(_gemm_step, sizeof(_GemmArgs),
+                              2.0 * m * n * k * batch >= _PARALLEL_FLOPS,
+                              (keep, a_off, b_off, scratch, bias_pad))
+    cdef _GemmArgs *g = <_GemmArgs *>step.args
+    cdef const Py_ssize_t[::1] a_off_v = a_off
+    cdef const Py_ssize_t[::1] b_off_v = b_off
+    cdef float[::1] scratch_v
+    cdef const float[::1] bias_v
+    g.a = <const float *>a
+    g.trans_a = trans_a
+    g.lda = lda if lda >= 0 else (m if trans_a else k)
+    g.b = <const float *>b
+    g.pack_b = not b_packed
+    if trans_b:
+        g.b_sk, g.b_sn = 1, (ldb if ldb >= 0 else k)
+    else:
+        g.b_sk, g.b_sn = (ldb if ldb >= 0 else n), 1
+    g.a_off = &a_off_v[0]
+    g.b_off = &b_off_v[0]
+    g.batch = batch
+    g.out = <float *>out
+    g.m, g.k, g.n = m, k, n
+    g.ep.alpha = alpha
+    g.ep.beta = beta
+    g.ep.bias = NULL
+    if bias_pad is not None:
+        bias_v = bias_pad
+        g.ep.bias = &bias_v[0]
+    g.ep.addend = <const float *>addend
+    g.ep.accumulate = 0
+    g.ep.post_op = 0 if c else post_op
+    g.ep.p0, g.ep.p1 = p0, p1
+    g.c = <const float *>c
+    g.c_s0, g.c_s1, g.c_beta = c_s0, c_s1, beta
+    g.post_op, g.p0, g.p1 = post_op, p0, p1
+    g.npanels, g.nmblocks, g.rows_per_block = npanels, nmblocks, rows_per_block
+    g.ngroups, g.panels_per_group = ngroups, panels_per_group
+    g.kc = (k + nkc - 1) // nkc if k > 0 else 1
+    g.scratch = NULL
+    if scratch is not None:
+        scratch_v = scratch
+        g.scratch = &scratch_v[0]
+    g.scratch_floats = scratch_floats
+    g.max_threads = num_threads
+    return step
 
 
 def gemm_fp32(const float[:, :] a, const float[:, :, ::1] packed_b, int k, int n,
@@ -135,29 +370,18 @@ def gemm_fp32(const float[:, :] a, const float[:, :, ::1] packed_b, int k, int n
         raise ValueError(f"gemm_fp32: unknown post_op {post_op}")
     if m == 0:
         return
-
-    cdef const float[::1] bias_v
     cdef const float[:, ::1] addend_v
-    cdef ppl_epilogue ep
-    ep.alpha = alpha
-    ep.beta = beta
-    ep.bias = NULL
-    ep.addend = NULL
-    ep.accumulate = 0
-    ep.post_op = post_op
-    ep.p0 = p0
-    ep.p1 = p1
-    if bias is not None:
-        # The last panel's vector epilogue reads PPL_NB columns: give it zeros past n.
-        bias_v = _padded_bias(bias, npanels * PPL_NB, n)
-        ep.bias = &bias_v[0]
+    cdef size_t addend_address = 0
     if addend is not None:
         addend_v = addend
         if addend_v.shape[0] != m or addend_v.shape[1] != n:
             raise ValueError(f"gemm_fp32: addend must be {m} x {n}, got "
                              f"{(addend_v.shape[0], addend_v.shape[1])}")
-        ep.addend = &addend_v[0, 0]
+        addend_address = <size_t>&addend_v[0, 0]
     # A row stride in floats; a single-column or single-row a may report any stride.
     cdef Py_ssize_t lda = a.strides[0] // sizeof(float) if m > 1 else k
-    with nogil:
-        _gemm_core(&a[0, 0], lda, &packed_b[0, 0, 0], m, k, n, &out[0, 0], &ep, num_threads)
+    step = make_gemm_step(<size_t>&a[0, 0], <size_t>&packed_b[0, 0, 0], <size_t>&out[0, 0],
+                          m, k, n, num_threads, lda=lda, alpha=alpha, bias=bias,
+                          addend=addend_address, beta=beta, post_op=post_op, p0=p0, p1=p1,
+                          keep=(a, packed_b, out, addend))
+    run_steps([step], num_threads)

@@ -1,98 +1,41 @@
-# Normalisation kernels: per-channel affine (BatchNormalization at inference, once its
-# kernel class has folded mean, var and epsilon into scale and shift), Softmax, LogSoftmax
-# and LRN.
+# Normalisation kernels as compiled steps of the run plan (see pplpy/runtime/step.pxd):
+# per-channel affine (BatchNormalization at inference: y = x * scale[c] + shift[c], with
+# scale and shift folded from the BN parameters once when they are constants, or per
+# channel inside the step when they arrive at run time), Softmax, LogSoftmax and LRN.
+#
+#     make_channel_affine_{ndarray,n16cx}_step   folded scale and shift
+#     make_batchnorm_{ndarray,n16cx}_step        scale, B, mean, var and epsilon
+#     make_softmax_step                          Softmax / LogSoftmax along (outer, n, inner)
+#     make_lrn_step                              LRN across channels of (N, C, S)
+#
+# Every step splits independent work items (rows of pixels, softmax rows or column tiles,
+# LRN pixel tiles) by ppl_partition.  The items depend on the shape only, never on the
+# team size, so every thread count gives the same bytes.  The Python-visible wrappers
+# below build the same steps and run them with run_steps: tests and runtime take one path.
 #
 # Written once and included by _norm_fp32_{avx512,fma,sse}.pyx.  Reductions keep
 # per-column (or 16-lane) partial results so that gcc vectorises them without
 # -ffast-math, which it needs to reorder a single running sum.
 
 import numpy as np
-from cython.parallel cimport prange, threadid
-from libc.math cimport logf, powf
+from libc.math cimport logf, powf, sqrtf
+from pplpy.runtime.step cimport Step, new_step, ppl_partition
+
+from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
 
 
 cdef enum:
-    # Softmax over a strided axis works on this many columns at a time (stack buffers).
+    # Softmax over a strided axis works on up to this many columns at a time (stack buffers).
     SOFTMAX_TILE = 128
     LANES = 16
+    # Below this many elements a step is serial: a fork and join cost more than they save.
+    PARALLEL_MIN = 65536
 
 
-# ---------------------------------------------------------------------------------------
-# Per-channel affine.
-
-cdef inline void _affine(const float* x, float* y, Py_ssize_t n, float a, float b) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        y[i] = x[i] * a + b
-
-
-cdef void _affine_ndarray_task(const float* x, const float* scale, const float* shift,
-                               float* y, Py_ssize_t C, const Tasks2D* tasks,
-                               Py_ssize_t task) noexcept nogil:
-    cdef Py_ssize_t r0, r1, c0, c1, r, off
-    task_range(tasks, task, &r0, &r1, &c0, &c1)
-    for r in range(r0, r1):    # r = n * C + c
-        off = r * tasks.cols + c0
-        _affine(x + off, y + off, c1 - c0, scale[r % C], shift[r % C])
-
-
-def channel_affine_ndarray_fp32(const float[:, :, ::1] x, const float[::1] scale,
-                                const float[::1] shift, float[:, :, ::1] y, int num_threads):
-    """y[n, c, s] = x[n, c, s] * scale[c] + shift[c]; x, y (N, C, S)."""
-    cdef Py_ssize_t N = x.shape[0], C = x.shape[1], S = x.shape[2], t
-    cdef Tasks2D tasks
-    _check_same_shape3(x, y)
-    if scale.shape[0] != C or shift.shape[0] != C:
-        raise ValueError(f"scale, shift have {scale.shape[0]}, {shift.shape[0]} values: "
-                         f"expected C = {C}")
-    tasks = split_2d(N * C, S, GRAIN)
-    if tasks.count == 0:
-        return
-    for t in prange(tasks.count, nogil=True, num_threads=threads_for(num_threads, tasks.count),
-                    schedule="static"):
-        _affine_ndarray_task(&x[0, 0, 0], &scale[0], &shift[0], &y[0, 0, 0], C, &tasks, t)
-
-
-cdef void _affine_n16cx_task(const float* x, const float* scale, const float* shift,
-                             float* y, Py_ssize_t blocks, const Tasks2D* tasks,
-                             Py_ssize_t task) noexcept nogil:
-    cdef Py_ssize_t r0, r1, c0, c1, r, i, off
-    cdef int l
-    cdef float a[LANES]
-    cdef float b[LANES]
-    task_range(tasks, task, &r0, &r1, &c0, &c1)
-    for r in range(r0, r1):    # r = n * blocks + cb
-        for l in range(LANES):
-            a[l] = scale[(r % blocks) * LANES + l]
-            b[l] = shift[(r % blocks) * LANES + l]
-        off = (r * tasks.cols + c0) * LANES
-        for i in range(c1 - c0):
-            for l in range(LANES):
-                y[off + i * LANES + l] = x[off + i * LANES + l] * a[l] + b[l]
-
-
-def channel_affine_n16cx_fp32(const float[:, :, :, ::1] x, const float[::1] scale,
-                              const float[::1] shift, float[:, :, :, ::1] y, int num_threads):
-    """y[n, c, s] = x[n, c, s] * scale[c] + shift[c]; x, y (N, C/16, S, 16), scale padded."""
-    cdef Py_ssize_t N = x.shape[0], blocks = x.shape[1], S = x.shape[2], t
-    cdef Tasks2D tasks
-    if x.shape[3] != LANES or y.shape[3] != LANES or y.shape[0] != N or y.shape[1] != blocks \
-            or y.shape[2] != S:
-        raise ValueError(f"x {(N, blocks, S, x.shape[3])}, y "
-                         f"{(y.shape[0], y.shape[1], y.shape[2], y.shape[3])}: expected equal "
-                         "shapes (N, ceil(C/16), S, 16)")
-    if scale.shape[0] != blocks * LANES or shift.shape[0] != blocks * LANES:
-        raise ValueError(f"scale, shift have {scale.shape[0]}, {shift.shape[0]} values: "
-                         f"expected {blocks * LANES} (C padded to a multiple of 16)")
-    tasks = split_2d(N * blocks, S, GRAIN // LANES)
-    if tasks.count == 0:
-        return
-    for t in prange(tasks.count, nogil=True, num_threads=threads_for(num_threads, tasks.count),
-                    schedule="static"):
-        _affine_n16cx_task(&x[0, 0, 0, 0], &scale[0], &shift[0], &y[0, 0, 0, 0], blocks,
-                           &tasks, t)
+cdef inline size_t _addr(const void* p) noexcept:
+    return <size_t>p
 
 
 cdef int _check_same_shape3(const float[:, :, ::1] x, const float[:, :, ::1] y) except -1:
@@ -102,12 +45,217 @@ cdef int _check_same_shape3(const float[:, :, ::1] x, const float[:, :, ::1] y) 
     return 0
 
 
+cdef int _check_sizes(str op, sizes) except -1:
+    if any(s < 0 for s in sizes):
+        raise ValueError(f"{op}: negative size in {list(sizes)}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# Per-channel affine.  Work items are pixels of (rows, S), a row being one (n, c) channel
+# (NDARRAY, a pixel one float) or one (n, cb) channel block (N16CX, a pixel 16 floats).
+
+cdef struct _AffineArgs:
+    const float* x
+    float* y
+    const float* scale      # folded: y = x * scale[c] + shift[c]
+    const float* shift      # (BN: B; with `fold`, scale is BN's scale and shift its B)
+    const float* mean       # fold only: scale[c] / sqrt(var[c] + epsilon), and so on
+    const float* var
+    float epsilon
+    bint fold
+    Py_ssize_t rows         # N * C, or N * blocks
+    Py_ssize_t groups       # C, or blocks: row r is channel (block) r % groups
+    Py_ssize_t channels     # C: N16CX lanes of channels >= C are padding (fold only)
+    Py_ssize_t S            # pixels per row
+    Py_ssize_t lanes        # 1 or LANES
+
+
+cdef inline void _affine_coefficients(const _AffineArgs* a, Py_ssize_t c, float* k,
+                                      float* b) noexcept nogil:
+    """k, b of channel c: y = x * k + b."""
+    if not a.fold:
+        k[0] = a.scale[c]
+        b[0] = a.shift[c]
+    elif c >= a.channels:
+        k[0] = 0
+        b[0] = 0
+    else:
+        k[0] = a.scale[c] / sqrtf(a.var[c] + a.epsilon)
+        b[0] = a.shift[c] - a.mean[c] * k[0]
+
+
+cdef void _affine_step(const void* p, int tid, int nthreads) noexcept nogil:
+    cdef const _AffineArgs* a = <const _AffineArgs*>p
+    cdef Py_ssize_t begin, end, r, s0, s1, i, off
+    cdef int l
+    cdef float k1, b1
+    cdef float k[LANES]
+    cdef float b[LANES]
+    ppl_partition(a.rows * a.S, tid, nthreads, &begin, &end)
+    if begin >= end:
+        return
+    for r in range(begin // a.S, (end - 1) // a.S + 1):
+        s0 = begin - r * a.S if begin > r * a.S else 0
+        s1 = end - r * a.S if end < (r + 1) * a.S else a.S
+        off = (r * a.S + s0) * a.lanes
+        if a.lanes == 1:
+            _affine_coefficients(a, r % a.groups, &k1, &b1)
+            for i in range(s1 - s0):
+                a.y[off + i] = a.x[off + i] * k1 + b1
+        else:
+            for l in range(LANES):
+                _affine_coefficients(a, (r % a.groups) * LANES + l, &k[l], &b[l])
+            for i in range(s1 - s0):
+                for l in range(LANES):
+                    a.y[off + i * LANES + l] = a.x[off + i * LANES + l] * k[l] + b[l]
+
+
+cdef Step _affine_step_of(size_t x, size_t y, size_t scale, size_t shift, size_t mean,
+                          size_t var, float epsilon, bint fold, Py_ssize_t N, Py_ssize_t groups,
+                          Py_ssize_t channels, Py_ssize_t S, Py_ssize_t lanes, keep):
+    cdef Py_ssize_t total = N * groups * S * lanes
+    cdef Step step = new_step(_affine_step, sizeof(_AffineArgs),
+                              total >= PARALLEL_MIN and N * groups * S > 1, keep)
+    cdef _AffineArgs* a = <_AffineArgs*>step.args
+    a.x = <const float*>x
+    a.y = <float*>y
+    a.scale = <const float*>scale
+    a.shift = <const float*>shift
+    a.mean = <const float*>mean
+    a.var = <const float*>var
+    a.epsilon = epsilon
+    a.fold = fold
+    a.rows = N * groups
+    a.groups = groups
+    a.channels = channels
+    a.S = S
+    a.lanes = lanes
+    return step
+
+
+def make_channel_affine_ndarray_step(size_t x, size_t scale, size_t shift, size_t y,
+                                     Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, keep=None):
+    """Step: y[n, c, s] = x[n, c, s] * scale[c] + shift[c]; x, y (N, C, S), y may be x."""
+    _check_sizes("channel_affine_ndarray", (N, C, S))
+    return _affine_step_of(x, y, scale, shift, 0, 0, 0, False, N, C, C, S, 1, keep)
+
+
+def make_channel_affine_n16cx_step(size_t x, size_t scale, size_t shift, size_t y,
+                                   Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t S, keep=None):
+    """Step: as make_channel_affine_ndarray_step for x, y (N, blocks, S, 16); scale and
+    shift hold blocks * 16 values (C padded)."""
+    _check_sizes("channel_affine_n16cx", (N, blocks, S))
+    return _affine_step_of(x, y, scale, shift, 0, 0, 0, False, N, blocks, blocks * LANES, S,
+                           LANES, keep)
+
+
+def make_batchnorm_ndarray_step(size_t x, size_t scale, size_t bias, size_t mean, size_t var,
+                                float epsilon, size_t y, Py_ssize_t N, Py_ssize_t C,
+                                Py_ssize_t S, keep=None):
+    """Step: y = (x - mean[c]) / sqrt(var[c] + epsilon) * scale[c] + bias[c], x, y (N, C, S).
+
+    For BN parameters known only at run time: the step folds each channel's coefficients
+    itself (C values each; cheap beside the C * S pixels)."""
+    _check_sizes("batchnorm_ndarray", (N, C, S))
+    return _affine_step_of(x, y, scale, bias, mean, var, epsilon, True, N, C, C, S, 1, keep)
+
+
+def make_batchnorm_n16cx_step(size_t x, size_t scale, size_t bias, size_t mean, size_t var,
+                              float epsilon, size_t y, Py_ssize_t N, Py_ssize_t C,
+                              Py_ssize_t S, keep=None):
+    """Step: make_batchnorm_ndarray_step for x, y (N, ceil(C/16), S, 16); the parameters
+    hold C values, padding lanes get 0."""
+    _check_sizes("batchnorm_n16cx", (N, C, S))
+    return _affine_step_of(x, y, scale, bias, mean, var, epsilon, True, N,
+                           (C + LANES - 1) // LANES, C, S, LANES, keep)
+
+
+def channel_affine_ndarray_fp32(const float[:, :, ::1] x, const float[::1] scale,
+                                const float[::1] shift, float[:, :, ::1] y, int num_threads):
+    """y[n, c, s] = x[n, c, s] * scale[c] + shift[c]; x, y (N, C, S)."""
+    cdef Py_ssize_t N = x.shape[0], C = x.shape[1], S = x.shape[2]
+    _check_same_shape3(x, y)
+    if scale.shape[0] != C or shift.shape[0] != C:
+        raise ValueError(f"scale, shift have {scale.shape[0]}, {shift.shape[0]} values: "
+                         f"expected C = {C}")
+    if N * C * S == 0:
+        return
+    run_steps([make_channel_affine_ndarray_step(_addr(&x[0, 0, 0]), _addr(&scale[0]),
+                                                _addr(&shift[0]), _addr(&y[0, 0, 0]), N, C, S)],
+              num_threads)
+
+
+cdef int _check_blocked(const float[:, :, :, ::1] x, const float[:, :, :, ::1] y) except -1:
+    if x.shape[3] != LANES or y.shape[3] != LANES or y.shape[0] != x.shape[0] \
+            or y.shape[1] != x.shape[1] or y.shape[2] != x.shape[2]:
+        raise ValueError(f"x {(x.shape[0], x.shape[1], x.shape[2], x.shape[3])}, y "
+                         f"{(y.shape[0], y.shape[1], y.shape[2], y.shape[3])}: expected equal "
+                         "shapes (N, ceil(C/16), S, 16)")
+    return 0
+
+
+def channel_affine_n16cx_fp32(const float[:, :, :, ::1] x, const float[::1] scale,
+                              const float[::1] shift, float[:, :, :, ::1] y, int num_threads):
+    """y[n, c, s] = x[n, c, s] * scale[c] + shift[c]; x, y (N, C/16, S, 16), scale padded."""
+    cdef Py_ssize_t N = x.shape[0], blocks = x.shape[1], S = x.shape[2]
+    _check_blocked(x, y)
+    if scale.shape[0] != blocks * LANES or shift.shape[0] != blocks * LANES:
+        raise ValueError(f"scale, shift have {scale.shape[0]}, {shift.shape[0]} values: "
+                         f"expected {blocks * LANES} (C padded to a multiple of 16)")
+    if N * blocks * S == 0:
+        return
+    run_steps([make_channel_affine_n16cx_step(_addr(&x[0, 0, 0, 0]), _addr(&scale[0]),
+                                              _addr(&shift[0]), _addr(&y[0, 0, 0, 0]), N,
+                                              blocks, S)], num_threads)
+
+
+cdef int _check_bn_params(Py_ssize_t C, const float[::1] scale, const float[::1] bias,
+                          const float[::1] mean, const float[::1] var) except -1:
+    got = [scale.shape[0], bias.shape[0], mean.shape[0], var.shape[0]]
+    if any(n != C for n in got):
+        raise ValueError(f"scale, B, mean, var have {got} values: expected C = {C} each")
+    return 0
+
+
+def batchnorm_ndarray_fp32(const float[:, :, ::1] x, const float[::1] scale,
+                           const float[::1] bias, const float[::1] mean, const float[::1] var,
+                           float epsilon, float[:, :, ::1] y, int num_threads):
+    """y = (x - mean[c]) / sqrt(var[c] + epsilon) * scale[c] + bias[c]; x, y (N, C, S)."""
+    cdef Py_ssize_t N = x.shape[0], C = x.shape[1], S = x.shape[2]
+    _check_same_shape3(x, y)
+    _check_bn_params(C, scale, bias, mean, var)
+    if N * C * S == 0:
+        return
+    run_steps([make_batchnorm_ndarray_step(_addr(&x[0, 0, 0]), _addr(&scale[0]),
+                                           _addr(&bias[0]), _addr(&mean[0]), _addr(&var[0]),
+                                           epsilon, _addr(&y[0, 0, 0]), N, C, S)], num_threads)
+
+
+def batchnorm_n16cx_fp32(const float[:, :, :, ::1] x, const float[::1] scale,
+                         const float[::1] bias, const float[::1] mean, const float[::1] var,
+                         float epsilon, float[:, :, :, ::1] y, int num_threads):
+    """batchnorm_ndarray_fp32 for x, y (N, ceil(C/16), S, 16), C = len(scale)."""
+    cdef Py_ssize_t N = x.shape[0], C = scale.shape[0], S = x.shape[2]
+    _check_blocked(x, y)
+    if (C + LANES - 1) // LANES != x.shape[1]:
+        raise ValueError(f"x has {x.shape[1]} channel blocks: expected ceil({C} / 16)")
+    _check_bn_params(C, scale, bias, mean, var)
+    if N * C * S == 0:
+        return
+    run_steps([make_batchnorm_n16cx_step(_addr(&x[0, 0, 0, 0]), _addr(&scale[0]),
+                                         _addr(&bias[0]), _addr(&mean[0]), _addr(&var[0]),
+                                         epsilon, _addr(&y[0, 0, 0, 0]), N, C, S)],
+              num_threads)
+
+
 # ---------------------------------------------------------------------------------------
 # Softmax and LogSoftmax along the middle axis of (outer, n, inner).
 #
-# inner == 1 (softmax over the last axis) works along contiguous rows with 16 partial
-# maxima and sums; otherwise a tile of up to SOFTMAX_TILE columns is reduced together,
-# the loop over columns being the contiguous, vectorised one.
+# inner == 1 (softmax over the last axis): a work item is one contiguous row, reduced with
+# 16 partial maxima and sums.  Otherwise an item is a tile of up to `tile` columns of one
+# outer index, reduced together, the loop over columns being the contiguous, vectorised
+# one.  (A single long row is one item: splitting it needs two steps.)
 
 cdef float _row_max(const float* x, Py_ssize_t n) noexcept nogil:
     cdef float part[LANES]
@@ -209,37 +357,61 @@ cdef void _softmax_columns(const float* x, float* y, Py_ssize_t n, Py_ssize_t in
                 y[k * inner + j] = y[k * inner + j] * s[j]
 
 
-cdef void _softmax_task(const float* x, float* y, Py_ssize_t n, Py_ssize_t inner, bint log,
-                        const Tasks2D* tasks, Py_ssize_t task) noexcept nogil:
-    cdef Py_ssize_t r0, r1, c0, c1, o, b, j, off
-    task_range(tasks, task, &r0, &r1, &c0, &c1)
-    for o in range(r0, r1):
-        if inner == 1:
-            _softmax_row(x + o * n, y + o * n, n, log)
+cdef struct _SoftmaxArgs:
+    const float* x
+    float* y
+    Py_ssize_t outer, n, inner
+    Py_ssize_t tile         # columns per item when inner > 1
+    Py_ssize_t tiles        # items per outer index
+    bint log
+
+
+cdef void _softmax_step(const void* p, int tid, int nthreads) noexcept nogil:
+    cdef const _SoftmaxArgs* a = <const _SoftmaxArgs*>p
+    cdef Py_ssize_t begin, end, item, o, j, off
+    ppl_partition(a.outer * a.tiles, tid, nthreads, &begin, &end)
+    for item in range(begin, end):
+        o = item // a.tiles
+        if a.inner == 1:
+            _softmax_row(a.x + o * a.n, a.y + o * a.n, a.n, a.log)
         else:
-            for b in range(ceil_div(c1 - c0, SOFTMAX_TILE)):
-                j = c0 + b * SOFTMAX_TILE
-                off = o * n * inner + j
-                _softmax_columns(x + off, y + off, n, inner, min(SOFTMAX_TILE, c1 - j), log)
+            j = (item % a.tiles) * a.tile
+            off = o * a.n * a.inner + j
+            _softmax_columns(a.x + off, a.y + off, a.n, a.inner, min(a.tile, a.inner - j),
+                             a.log)
+
+
+def make_softmax_step(size_t x, size_t y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner,
+                      bint log=False):
+    """Step: softmax (log: log-softmax) along axis 1 of x, y (outer, n, inner); y may be x."""
+    _check_sizes("softmax", (outer, n, inner))
+    cdef Step step = new_step(_softmax_step, sizeof(_SoftmaxArgs), False)
+    cdef _SoftmaxArgs* a = <_SoftmaxArgs*>step.args
+    cdef Py_ssize_t tile = SOFTMAX_TILE
+    if inner > 1:
+        # Narrower tiles when there are few: enough items for a team, from the shape alone.
+        while tile > LANES and outer * ((inner + tile - 1) // tile) < 8:
+            tile //= 2
+    a.x = <const float*>x
+    a.y = <float*>y
+    a.outer = outer if n > 0 else 0
+    a.n = n
+    a.inner = inner
+    a.tile = tile
+    a.tiles = 1 if inner == 1 else (inner + tile - 1) // tile
+    a.log = log
+    step.parallel = outer * n * inner >= PARALLEL_MIN and a.outer * a.tiles > 1
+    return step
 
 
 cdef int _softmax(const float[:, :, ::1] x, float[:, :, ::1] y, int num_threads,
                   bint log) except -1:
-    cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2], t
-    cdef Tasks2D tasks
+    cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2]
     _check_same_shape3(x, y)
-    if n == 0:
+    if outer * n * inner == 0:
         return 0
-    # Cut columns (inner) into tasks; the grain counts elements along n too.
-    tasks = split_2d(outer, inner, max(1, GRAIN // n))
-    if inner > 1 and tasks.cols_per_task < inner:
-        # Keep column chunks whole tiles, so no tile is split between tasks.
-        tasks = split_2d(outer, inner, ceil_div(tasks.cols_per_task, SOFTMAX_TILE) * SOFTMAX_TILE)
-    if tasks.count == 0:
-        return 0
-    for t in prange(tasks.count, nogil=True, num_threads=threads_for(num_threads, tasks.count),
-                    schedule="static"):
-        _softmax_task(&x[0, 0, 0], &y[0, 0, 0], n, inner, log, &tasks, t)
+    run_steps([make_softmax_step(_addr(&x[0, 0, 0]), _addr(&y[0, 0, 0]), outer, n, inner,
+                                 log)], num_threads)
     return 0
 
 
@@ -254,8 +426,8 @@ def log_softmax_fp32(const float[:, :, ::1] x, float[:, :, ::1] y, int num_threa
 
 
 # ---------------------------------------------------------------------------------------
-# LRN (across channels).  A task handles a range of pixels of one image for all channels;
-# the window sums of a tile of pixels go to a per-thread buffer first, so that y may be x.
+# LRN (across channels).  A work item is a tile of pixels of one image, all channels; the
+# window sums of the tile go to the thread's own scratch rows first, so that y may be x.
 
 cdef void _lrn_tile(const float* x, float* y, float* sums, Py_ssize_t C, Py_ssize_t S,
                     Py_ssize_t w, int before, int after, float coef, float beta,
@@ -286,36 +458,81 @@ cdef void _lrn_tile(const float* x, float* y, float* sums, Py_ssize_t C, Py_ssiz
                 y[c * S + j] = x[c * S + j] / powf(d, beta)
 
 
+cdef struct _LrnArgs:
+    const float* x
+    float* y
+    float* sums             # max_threads blocks of C * tile floats, one per thread
+    Py_ssize_t N, C, S
+    Py_ssize_t tile         # pixels per item
+    Py_ssize_t tiles        # items per image
+    int max_threads         # team size the scratch was sized for
+    int before, after
+    float coef, beta, bias
+
+
+cdef void _lrn_step(const void* p, int tid, int nthreads) noexcept nogil:
+    cdef const _LrnArgs* a = <const _LrnArgs*>p
+    cdef Py_ssize_t begin, end, item, image, j0, off
+    # Scratch exists for max_threads threads: a larger team leaves the extra threads idle.
+    cdef int team = nthreads if nthreads < a.max_threads else a.max_threads
+    if tid >= team:
+        return
+    ppl_partition(a.N * a.tiles, tid, team, &begin, &end)
+    for item in range(begin, end):
+        image = item // a.tiles
+        j0 = (item % a.tiles) * a.tile
+        off = image * a.C * a.S + j0
+        _lrn_tile(a.x + off, a.y + off, a.sums + tid * a.C * a.tile, a.C, a.S,
+                  min(a.tile, a.S - j0), a.before, a.after, a.coef, a.beta, a.bias)
+
+
+def make_lrn_step(size_t x, size_t y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, int size,
+                  float alpha, float beta, float bias, int num_threads):
+    """Step: y = x / (bias + alpha / size * sum(x[c'] ** 2 for c' in the window of c)) ** beta.
+
+    x, y (N, C, S), y may be x; the window of channel c is [c - floor((size - 1) / 2),
+    c + ceil((size - 1) / 2)].  num_threads: the team size (sizes the scratch)."""
+    _check_sizes("lrn", (N, C, S))
+    if size < 1:
+        raise ValueError(f"size {size}: expected a positive window size")
+    cdef int team = max(1, num_threads)
+    # Pixel tiles whose sums (C x tile floats) stay in L1/L2.
+    cdef Py_ssize_t tile = min(S, max(LANES, (8192 // max(C, 1)) // LANES * LANES))
+    tile = max(tile, 1)
+    sums = np.empty((team, C * tile), np.float32)
+    cdef float[:, ::1] sums_view = sums
+    cdef Step step = new_step(_lrn_step, sizeof(_LrnArgs),
+                              N * C * S >= PARALLEL_MIN and N * ((S + tile - 1) // tile) > 1,
+                              sums)
+    cdef _LrnArgs* a = <_LrnArgs*>step.args
+    a.x = <const float*>x
+    a.y = <float*>y
+    a.sums = &sums_view[0, 0] if C * tile > 0 else NULL
+    a.N = N if C * S > 0 else 0
+    a.C = C
+    a.S = S
+    a.tile = tile
+    a.tiles = (S + tile - 1) // tile
+    a.max_threads = team
+    a.before = (size - 1) // 2
+    a.after = size // 2
+    a.coef = alpha / size
+    a.beta = beta
+    a.bias = bias
+    return step
+
+
 def lrn_fp32(const float[:, :, ::1] x, float[:, :, ::1] y, int size, float alpha, float beta,
              float bias, int num_threads):
     """y = x / (bias + alpha / size * sum(x[c'] ** 2 for c' in the window of c)) ** beta.
 
     The window of channel c is [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)].
     """
-    cdef Py_ssize_t N = x.shape[0], C = x.shape[1], S = x.shape[2], t, w
-    cdef Tasks2D tasks
-    cdef float[:, ::1] sums
-    cdef int nt
+    cdef Py_ssize_t N = x.shape[0], C = x.shape[1], S = x.shape[2]
     _check_same_shape3(x, y)
     if size < 1:
         raise ValueError(f"size {size}: expected a positive window size")
     if N * C * S == 0:
         return
-    # Pixel tiles whose sums (C x w floats) stay in L1/L2.
-    w = min(S, max(LANES, (8192 // C) // LANES * LANES))
-    tasks = split_2d(N, S, w)
-    nt = threads_for(num_threads, tasks.count)
-    sums = np.empty((nt, C * w), np.float32)
-    for t in prange(tasks.count, nogil=True, num_threads=nt, schedule="static"):
-        _lrn_task(&x[0, 0, 0], &y[0, 0, 0], &sums[threadid(), 0], C, S, size, alpha / size,
-                  beta, bias, &tasks, t)
-
-
-cdef void _lrn_task(const float* x, float* y, float* sums, Py_ssize_t C, Py_ssize_t S, int size,
-                    float coef, float beta, float bias, const Tasks2D* tasks,
-                    Py_ssize_t task) noexcept nogil:
-    cdef Py_ssize_t r0, r1, c0, c1, off
-    task_range(tasks, task, &r0, &r1, &c0, &c1)    # rows are images, columns pixels
-    off = r0 * C * S + c0
-    _lrn_tile(x + off, y + off, sums, C, S, c1 - c0, (size - 1) // 2, size // 2, coef, beta,
-              bias)
+    run_steps([make_lrn_step(_addr(&x[0, 0, 0]), _addr(&y[0, 0, 0]), N, C, S, size, alpha,
+                             beta, bias, num_threads)], num_threads)

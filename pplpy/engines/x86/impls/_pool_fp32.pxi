@@ -1,34 +1,46 @@
 # Pooling kernels for float32: MaxPool, AveragePool and their global forms, in the NDARRAY
-# and N16CX layouts.
+# and N16CX layouts, as compiled steps of the run plan (see pplpy/runtime/step.pxd).
 #
 # This body is written once and included by _pool_fp32_{avx512,fma,sse}.pyx; setup.py
 # compiles each copy with its ISA's flags, so gcc vectorises the same loops three ways.
 #
-# Geometry.  Every ndarray kernel works on three spatial axes (D, H, W); 1-D and 2-D callers
-# pass size-1 leading axes (kernel 1, stride 1, pad 0, dilation 1).  Output position o along
-# an axis reads the window starting at  o * stride - pad_begin  with taps
+# Geometry.  One Window describes a pooling along three spatial axes (D, H, W); a 1-D or
+# 2-D pool has size-1 leading axes (kernel 1, stride 1, pad 0, dilation 1).  Output
+# position o along an axis reads the window starting at  o * stride - pad_begin  with taps
 # start + k * dilation, k in [0, kernel).  Taps outside [0, size) are padding: they never
 # win a max and are never summed.  Output sizes and pads come from
 # pplpy.oputils.onnx.pool_geometry.resolve_pads; the kernels clip every read to the input,
 # so any output shape is memory-safe.
 #
-# Loop order.  The kernels slide whole output rows: for each valid tap (kd, kh, kw) they
-# update y[od, oh, ow0:ow1] from x[id, ih, ...] in one contiguous (stride 1) or strided
-# loop, which gcc vectorises; the window's clipping becomes the row's [ow0, ow1) range.
-# In N16CX a row element is a pixel of 16 channels.  Work is split across threads by
-# (n, c) plane or (n, channel-block).
+# One row driver for every windowed pool.  A work item is one output row (n, c, od, oh, :)
+# in NDARRAY or (n, cb, od, oh, :, 16) in N16CX: a row element is one float or one pixel of
+# 16 channels (`lanes`).  For each valid tap (kd, kh, kw) the driver updates the row from
+# one input row in a contiguous (stride 1) or strided loop, which gcc vectorises; the
+# window's clipping becomes the row's [ow0, ow1) range.  Rows are independent, so a step
+# splits them across the team with ppl_partition, and every thread count gives the same
+# bytes.
 #
 # Max is written `v if v > m else m`: with -fno-trapping-math gcc turns it into vector
 # max/blend inside a loop of unknown trip count, but not in a 16-trip loop it unrolls first
 # (the global max kernels stay scalar maxss for that reason; they are rare and cheap).
 
-from cython.parallel cimport prange
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
+from pplpy.runtime.step cimport Step, new_step, ppl_partition
+
+from pplpy.runtime.step import run_steps
 
 cdef enum:
     LANES = 16      # channels per N16CX block
-    AXES = 3        # spatial axes every ndarray kernel works on
+    AXES = 3        # spatial axes of a Window
+    # Work (floats read or window taps) below which a step runs serially: a fork and join
+    # cost more than they save.
+    PARALLEL_MIN = 65536
+
+cdef enum PoolKind:
+    POOL_MAX = 0
+    POOL_MAX_INDEX = 1    # MaxPool with its Indices output (NDARRAY only)
+    POOL_AVG = 2
 
 
 cdef struct Window:
@@ -38,8 +50,14 @@ cdef struct Window:
     Py_ssize_t kernel[AXES]
     Py_ssize_t stride[AXES]
     Py_ssize_t pad_begin[AXES]
-    Py_ssize_t pad_end[AXES]     # only AveragePool's count_include_pad reads it
+    Py_ssize_t pad_end[AXES]
     Py_ssize_t dilation[AXES]
+    # The box [count_lo, count_hi) of cells AveragePool divides by: the input, or with
+    # count_include_pad the input and its explicit pads.  Cells past pad_end (added by
+    # ceil_mode) are never counted; a window with no counted cell gives 0 / 0 = NaN, as
+    # onnx.reference's np.average of nothing does.
+    Py_ssize_t count_lo[AXES]
+    Py_ssize_t count_hi[AXES]
 
 
 # ---------------------------------------------------------------------------------------
@@ -109,7 +127,7 @@ cdef inline void _divide_by_counts(float* y, Py_ssize_t lanes, Py_ssize_t count_
 
 
 # ---------------------------------------------------------------------------------------
-# Row updates: the vectorised inner loops of the ndarray kernels
+# Row updates: the vectorised inner loops (NDARRAY: an element is one float)
 
 cdef inline void _max_into(float* y, const float* x, Py_ssize_t n,
                            Py_ssize_t stride) noexcept nogil:
@@ -139,127 +157,9 @@ cdef inline void _add_into(float* y, const float* x, Py_ssize_t n,
             y[j] += x[j * stride]
 
 
-# ---------------------------------------------------------------------------------------
-# NDARRAY planes: one (n, c) plane of shape (D, H, W) -> (OD, OH, OW)
-
-cdef void _maxpool_plane(const float* x, float* y, const Window* w) noexcept nogil:
-    """y[o] = max over in-bounds taps t of x[o * stride - pad_begin + t * dilation], or -inf."""
-    cdef Py_ssize_t D = w.size[0], H = w.size[1], W = w.size[2]
-    cdef Py_ssize_t OH = w.out[1], OW = w.out[2]
-    cdef Py_ssize_t od, oh, ow, kd, kh, kw, kd0, kh0, nd, nh, id_, ih, offset, o0, o1
-    cdef float* yrow
-    cdef const float* xrow
-    for od in range(w.out[0]):
-        nd = _tap_count(od * w.stride[0] - w.pad_begin[0], w.dilation[0], w.kernel[0], 0, D, &kd0)
-        for oh in range(OH):
-            nh = _tap_count(oh * w.stride[1] - w.pad_begin[1], w.dilation[1], w.kernel[1],
-                            0, H, &kh0)
-            yrow = y + (od * OH + oh) * OW
-            for ow in range(OW):
-                yrow[ow] = -INFINITY
-            for kd in range(kd0, kd0 + nd):
-                id_ = od * w.stride[0] - w.pad_begin[0] + kd * w.dilation[0]
-                for kh in range(kh0, kh0 + nh):
-                    ih = oh * w.stride[1] - w.pad_begin[1] + kh * w.dilation[1]
-                    xrow = x + (id_ * H + ih) * W
-                    for kw in range(w.kernel[2]):
-                        offset = kw * w.dilation[2] - w.pad_begin[2]
-                        _row_range(offset, w.stride[2], W, OW, &o0, &o1)
-                        if o1 > o0:
-                            _max_into(yrow + o0, xrow + o0 * w.stride[2] + offset, o1 - o0,
-                                      w.stride[2])
-
-
-cdef void _maxpool_index_plane(const float* x, float* y, int64_t* idx, int64_t base,
-                               bint column_major, const Window* w) noexcept nogil:
-    """_maxpool_plane, and idx[o] = base + flat index of the first maximum (row-major taps)."""
-    cdef Py_ssize_t D = w.size[0], H = w.size[1], W = w.size[2]
-    cdef Py_ssize_t OH = w.out[1], OW = w.out[2]
-    cdef Py_ssize_t od, oh, ow, kd, kh, kw, kd0, kh0, nd, nh, id_, ih, iw, offset, o0, o1
-    cdef int64_t row_index, w_step
-    cdef float v
-    cdef float* yrow
-    cdef int64_t* irow
-    cdef const float* xrow
-    # ONNX's Indices flatten (n, c, spatial...) row-major, or with storage_order=1 the
-    # spatial part column-major: first spatial axis fastest.
-    w_step = D * H if column_major else 1
-    for od in range(w.out[0]):
-        nd = _tap_count(od * w.stride[0] - w.pad_begin[0], w.dilation[0], w.kernel[0], 0, D, &kd0)
-        for oh in range(OH):
-            nh = _tap_count(oh * w.stride[1] - w.pad_begin[1], w.dilation[1], w.kernel[1],
-                            0, H, &kh0)
-            yrow = y + (od * OH + oh) * OW
-            irow = idx + (od * OH + oh) * OW
-            for ow in range(OW):
-                yrow[ow] = -INFINITY
-                irow[ow] = -1
-            for kd in range(kd0, kd0 + nd):
-                id_ = od * w.stride[0] - w.pad_begin[0] + kd * w.dilation[0]
-                for kh in range(kh0, kh0 + nh):
-                    ih = oh * w.stride[1] - w.pad_begin[1] + kh * w.dilation[1]
-                    xrow = x + (id_ * H + ih) * W
-                    row_index = base + (id_ + ih * D if column_major else (id_ * H + ih) * W)
-                    for kw in range(w.kernel[2]):
-                        offset = kw * w.dilation[2] - w.pad_begin[2]
-                        _row_range(offset, w.stride[2], W, OW, &o0, &o1)
-                        for ow in range(o0, o1):
-                            iw = ow * w.stride[2] + offset
-                            v = xrow[iw]
-                            # Strictly greater keeps the first maximum; the first tap always
-                            # lands, as in onnx.reference, so an all -inf window gets an index.
-                            if v > yrow[ow] or irow[ow] < 0:
-                                yrow[ow] = v
-                                irow[ow] = row_index + iw * w_step
-
-
-cdef void _avgpool_plane(const float* x, float* y, bint count_include_pad,
-                         const Window* w) noexcept nogil:
-    """y[o] = sum of in-bounds taps / count; count = taps in x (+ pads if count_include_pad)."""
-    cdef Py_ssize_t D = w.size[0], H = w.size[1], W = w.size[2]
-    cdef Py_ssize_t OH = w.out[1], OW = w.out[2]
-    cdef Py_ssize_t od, oh, ow, kd, kh, kw, kd0, kh0, nd, nh, id_, ih, offset, o0, o1
-    cdef Py_ssize_t start_d, start_h, unused, count_dh, axis
-    cdef float* yrow
-    cdef const float* xrow
-    # Cells past pad_end (added by ceil_mode) are never counted; a window with no counted
-    # cell gives 0 / 0 = NaN, as onnx.reference's np.average of nothing does.
-    cdef Py_ssize_t lo[AXES]
-    cdef Py_ssize_t hi[AXES]
-    for axis in range(AXES):
-        lo[axis] = -w.pad_begin[axis] if count_include_pad else 0
-        hi[axis] = w.size[axis] + w.pad_end[axis] if count_include_pad else w.size[axis]
-    for od in range(w.out[0]):
-        start_d = od * w.stride[0] - w.pad_begin[0]
-        nd = _tap_count(start_d, w.dilation[0], w.kernel[0], 0, D, &kd0)
-        for oh in range(OH):
-            start_h = oh * w.stride[1] - w.pad_begin[1]
-            nh = _tap_count(start_h, w.dilation[1], w.kernel[1], 0, H, &kh0)
-            yrow = y + (od * OH + oh) * OW
-            for ow in range(OW):
-                yrow[ow] = 0.0
-            for kd in range(kd0, kd0 + nd):
-                id_ = start_d + kd * w.dilation[0]
-                for kh in range(kh0, kh0 + nh):
-                    ih = start_h + kh * w.dilation[1]
-                    xrow = x + (id_ * H + ih) * W
-                    for kw in range(w.kernel[2]):
-                        offset = kw * w.dilation[2] - w.pad_begin[2]
-                        _row_range(offset, w.stride[2], W, OW, &o0, &o1)
-                        if o1 > o0:
-                            _add_into(yrow + o0, xrow + o0 * w.stride[2] + offset, o1 - o0,
-                                      w.stride[2])
-            # The counted cells form a box, so the count is a product of per-axis counts.
-            count_dh = (_tap_count(start_d, w.dilation[0], w.kernel[0], lo[0], hi[0], &unused)
-                        * _tap_count(start_h, w.dilation[1], w.kernel[1], lo[1], hi[1], &unused))
-            _divide_by_counts(yrow, 1, count_dh, lo[2], hi[2], w)
-
-
-# ---------------------------------------------------------------------------------------
-# N16CX planes: one (n, channel-block) plane of shape (H, W, 16) -> (OH, OW, 16); axes 1, 2
-# of the Window are H and W.  They slide output rows like the ndarray planes, a pixel being
-# 16 floats.  (Keeping one pixel's 16 lanes in a local array instead left its max scalar:
-# gcc unrolls a 16-trip loop completely before its vectoriser can if-convert the select.)
+# N16CX: an element is a pixel of 16 floats.  (Keeping one pixel's 16 lanes in a local array
+# instead left its max scalar: gcc unrolls a 16-trip loop completely before its vectoriser
+# can if-convert the select.)
 
 cdef inline void _max_into_blocks(float* y, const float* x, Py_ssize_t n,
                                   Py_ssize_t stride) noexcept nogil:
@@ -281,57 +181,116 @@ cdef inline void _add_into_blocks(float* y, const float* x, Py_ssize_t n,
             y[j * LANES + lane] += x[j * stride * LANES + lane]
 
 
-cdef void _maxpool_n16cx_plane(const float* x, float* y, const Window* w) noexcept nogil:
-    """y[o, :] = max over in-bounds taps t of x[o * stride - pad_begin + t * dilation], or -inf."""
-    cdef Py_ssize_t H = w.size[1], W = w.size[2], OW = w.out[2], sw = w.stride[2]
-    cdef Py_ssize_t oh, kh, kw, kh0, nh, ih, start_h, offset, o0, o1, j
-    cdef float* yrow
-    for oh in range(w.out[1]):
-        start_h = oh * w.stride[1] - w.pad_begin[1]
-        nh = _tap_count(start_h, w.dilation[1], w.kernel[1], 0, H, &kh0)
-        yrow = y + oh * OW * LANES
-        for j in range(OW * LANES):
-            yrow[j] = -INFINITY
+# ---------------------------------------------------------------------------------------
+# The row driver: one output row of any windowed pool
+
+cdef struct _PoolArgs:
+    Window w
+    const float* x
+    float* y
+    int64_t* indices       # POOL_MAX_INDEX only
+    Py_ssize_t rows        # work items: planes * out[0] * out[1]
+    Py_ssize_t lanes       # floats per row element: 1 (NDARRAY) or LANES (N16CX)
+    Py_ssize_t in_plane    # floats per (n, c) or (n, cb) plane
+    Py_ssize_t out_plane
+    int kind               # PoolKind
+    bint column_major      # storage_order=1 for Indices
+
+
+cdef inline void _update_row(int kind, Py_ssize_t lanes, float* y, const float* x, Py_ssize_t n,
+                             Py_ssize_t stride) noexcept nogil:
+    if kind == POOL_AVG:
+        if lanes == 1:
+            _add_into(y, x, n, stride)
+        else:
+            _add_into_blocks(y, x, n, stride)
+    elif lanes == 1:
+        _max_into(y, x, n, stride)
+    else:
+        _max_into_blocks(y, x, n, stride)
+
+
+cdef void _max_index_taps(const float* xrow, float* yrow, int64_t* irow, int64_t row_index,
+                          int64_t w_step, const Window* w) noexcept nogil:
+    """Fold one input row's taps into a max row and its ONNX Indices (first maximum wins)."""
+    cdef Py_ssize_t kw, ow, iw, offset, o0, o1
+    cdef float v
+    for kw in range(w.kernel[2]):
+        offset = kw * w.dilation[2] - w.pad_begin[2]
+        _row_range(offset, w.stride[2], w.size[2], w.out[2], &o0, &o1)
+        for ow in range(o0, o1):
+            iw = ow * w.stride[2] + offset
+            v = xrow[iw]
+            # Strictly greater keeps the first maximum; the first tap always lands, as in
+            # onnx.reference, so an all -inf window gets an index.
+            if v > yrow[ow] or irow[ow] < 0:
+                yrow[ow] = v
+                irow[ow] = row_index + iw * w_step
+
+
+cdef void _pool_row(const _PoolArgs* a, Py_ssize_t row) noexcept nogil:
+    """Output row `row` (plane, od, oh) of a windowed pool: max, max with Indices, or average."""
+    cdef const Window* w = &a.w
+    cdef Py_ssize_t D = w.size[0], H = w.size[1], W = w.size[2], OW = w.out[2]
+    cdef Py_ssize_t L = a.lanes, sw = w.stride[2], per_plane = w.out[0] * w.out[1]
+    cdef Py_ssize_t plane = row // per_plane, r = row % per_plane
+    cdef Py_ssize_t od = r // w.out[1], oh = r % w.out[1]
+    cdef Py_ssize_t start_d = od * w.stride[0] - w.pad_begin[0]
+    cdef Py_ssize_t start_h = oh * w.stride[1] - w.pad_begin[1]
+    cdef Py_ssize_t kd, kh, kw, kd0, kh0, nd, nh, id_, ih, offset, o0, o1, j, unused, count_dh
+    cdef const float* x = a.x + plane * a.in_plane
+    cdef float* yrow = a.y + plane * a.out_plane + r * OW * L
+    cdef const float* xrow
+    cdef int64_t* irow = NULL
+    cdef int64_t w_step = 0, base = 0
+    cdef float init = 0.0 if a.kind == POOL_AVG else -INFINITY
+    nd = _tap_count(start_d, w.dilation[0], w.kernel[0], 0, D, &kd0)
+    nh = _tap_count(start_h, w.dilation[1], w.kernel[1], 0, H, &kh0)
+    for j in range(OW * L):
+        yrow[j] = init
+    if a.kind == POOL_MAX_INDEX:
+        # ONNX's Indices flatten (n, c, spatial...) row-major, or with storage_order=1 the
+        # spatial part column-major: first spatial axis fastest.
+        irow = a.indices + plane * a.out_plane + r * OW
+        for j in range(OW):
+            irow[j] = -1
+        w_step = D * H if a.column_major else 1
+        base = plane * a.in_plane
+    for kd in range(kd0, kd0 + nd):
+        id_ = start_d + kd * w.dilation[0]
         for kh in range(kh0, kh0 + nh):
             ih = start_h + kh * w.dilation[1]
+            xrow = x + (id_ * H + ih) * W * L
+            if a.kind == POOL_MAX_INDEX:
+                _max_index_taps(xrow, yrow, irow,
+                                base + (id_ + ih * D if a.column_major else (id_ * H + ih) * W),
+                                w_step, w)
+                continue
             for kw in range(w.kernel[2]):
                 offset = kw * w.dilation[2] - w.pad_begin[2]
                 _row_range(offset, sw, W, OW, &o0, &o1)
                 if o1 > o0:
-                    _max_into_blocks(yrow + o0 * LANES, x + (ih * W + o0 * sw + offset) * LANES,
-                                     o1 - o0, sw)
+                    _update_row(a.kind, L, yrow + o0 * L, xrow + (o0 * sw + offset) * L,
+                                o1 - o0, sw)
+    if a.kind == POOL_AVG:
+        # The counted cells form a box, so the count is a product of per-axis counts.
+        count_dh = (_tap_count(start_d, w.dilation[0], w.kernel[0], w.count_lo[0],
+                               w.count_hi[0], &unused)
+                    * _tap_count(start_h, w.dilation[1], w.kernel[1], w.count_lo[1],
+                                 w.count_hi[1], &unused))
+        _divide_by_counts(yrow, L, count_dh, w.count_lo[2], w.count_hi[2], w)
 
 
-cdef void _avgpool_n16cx_plane(const float* x, float* y, bint count_include_pad,
-                               const Window* w) noexcept nogil:
-    """y[o, :] = sum of in-bounds taps / count, count as in _avgpool_plane."""
-    cdef Py_ssize_t H = w.size[1], W = w.size[2], OW = w.out[2], sw = w.stride[2]
-    cdef Py_ssize_t oh, kh, kw, kh0, nh, ih, start_h, offset, o0, o1, j, unused, count_h
-    cdef float* yrow
-    cdef Py_ssize_t lo_h = -w.pad_begin[1] if count_include_pad else 0
-    cdef Py_ssize_t lo_w = -w.pad_begin[2] if count_include_pad else 0
-    cdef Py_ssize_t hi_h = H + w.pad_end[1] if count_include_pad else H
-    cdef Py_ssize_t hi_w = W + w.pad_end[2] if count_include_pad else W
-    for oh in range(w.out[1]):
-        start_h = oh * w.stride[1] - w.pad_begin[1]
-        nh = _tap_count(start_h, w.dilation[1], w.kernel[1], 0, H, &kh0)
-        yrow = y + oh * OW * LANES
-        for j in range(OW * LANES):
-            yrow[j] = 0.0
-        for kh in range(kh0, kh0 + nh):
-            ih = start_h + kh * w.dilation[1]
-            for kw in range(w.kernel[2]):
-                offset = kw * w.dilation[2] - w.pad_begin[2]
-                _row_range(offset, sw, W, OW, &o0, &o1)
-                if o1 > o0:
-                    _add_into_blocks(yrow + o0 * LANES, x + (ih * W + o0 * sw + offset) * LANES,
-                                     o1 - o0, sw)
-        count_h = _tap_count(start_h, w.dilation[1], w.kernel[1], lo_h, hi_h, &unused)
-        _divide_by_counts(yrow, LANES, count_h, lo_w, hi_w, w)
+cdef void _pool_step(const void* p, int tid, int nthreads) noexcept nogil:
+    cdef const _PoolArgs* a = <const _PoolArgs*>p
+    cdef Py_ssize_t begin, end, row
+    ppl_partition(a.rows, tid, nthreads, &begin, &end)
+    for row in range(begin, end):
+        _pool_row(a, row)
 
 
 # ---------------------------------------------------------------------------------------
-# Global pooling rows
+# Global pooling: one work item per (n, c) row (NDARRAY) or (n, cb) plane (N16CX)
 
 cdef float _row_sum(const float* x, Py_ssize_t n) noexcept nogil:
     """sum(x[:n]) with 16 interleaved partial sums."""
@@ -399,17 +358,38 @@ cdef void _global_maxpool_n16cx_plane(const float* x, float* y, Py_ssize_t n) no
         y[lane] = acc[lane]
 
 
+
+cdef struct _GlobalArgs:
+    const float* x
+    float* y
+    Py_ssize_t items       # rows (NDARRAY) or planes (N16CX)
+    Py_ssize_t n           # spatial size
+    bint blocked           # N16CX: an item is n pixels of LANES floats
+    bint is_max
+
+
+cdef void _global_step(const void* p, int tid, int nthreads) noexcept nogil:
+    cdef const _GlobalArgs* a = <const _GlobalArgs*>p
+    cdef Py_ssize_t begin, end, i, n = a.n
+    ppl_partition(a.items, tid, nthreads, &begin, &end)
+    for i in range(begin, end):
+        if a.blocked:
+            if a.is_max:
+                _global_maxpool_n16cx_plane(a.x + i * n * LANES, a.y + i * LANES, n)
+            else:
+                _global_avgpool_n16cx_plane(a.x + i * n * LANES, a.y + i * LANES, n)
+        elif a.is_max:
+            a.y[i] = _row_max(a.x + i * n, n)
+        else:
+            a.y[i] = _row_sum(a.x + i * n, n) / <float>n
+
+
 # ---------------------------------------------------------------------------------------
-# Python-visible wrappers: check arguments, fill a Window, release the GIL, split planes
+# Making steps: check arguments, fill a Window (the one geometry helper of every pool)
 
 cdef tuple _dims(const Py_ssize_t* shape, int ndim):
     """A memoryview's shape as a tuple (its .shape is a C array)."""
     return tuple([shape[i] for i in range(ndim)])
-
-
-cdef int _threads(int num_threads, Py_ssize_t tasks) noexcept:
-    """No more threads than tasks, and at least one (as the sibling families do)."""
-    return <int>_imax(1, _imin(num_threads, tasks))
 
 
 cdef void _set_axes(Py_ssize_t* dst, name, values, Py_ssize_t first, Py_ssize_t minimum,
@@ -427,24 +407,155 @@ cdef void _set_axes(Py_ssize_t* dst, name, values, Py_ssize_t first, Py_ssize_t 
             raise ValueError(f"{name}: every value must be >= {minimum}, got {list(values)}")
 
 
-cdef void _set_window(Window* w, in_shape, out_shape, kernel, strides, pads_begin, pads_end,
-                      dilations, Py_ssize_t first) except *:
-    """Fill w for AXES - first spatial axes; axes before `first` are trivial (size 1)."""
-    _set_axes(w.size, "input spatial shape", in_shape, first, 0, 1)
-    _set_axes(w.out, "output spatial shape", out_shape, first, 0, 1)
+cdef Py_ssize_t _window_step_args(_PoolArgs* a, str op, int kind, Py_ssize_t lanes,
+                                  tuple x_shape, tuple y_shape, kernel, strides, pads_begin,
+                                  pads_end, dilations, bint count_include_pad) except -1:
+    """Check shapes and fill a's geometry; return the work (floats read or taps) of the step.
+
+    x_shape, y_shape: (N, C, *spatial) with lanes 1, (N, Cb, *spatial, 16) with LANES;
+    1 to 3 spatial axes, each attribute one value per spatial axis."""
+    cdef Py_ssize_t lead = 2, tail = 0 if lanes == 1 else 1, rank, first, axis, taps = 1
+    cdef Window* w = &a.w
+    rank = len(x_shape) - lead - tail
+    if len(y_shape) != len(x_shape) or not 1 <= rank <= AXES:
+        raise ValueError(f"{op}: x {list(x_shape)} and y {list(y_shape)} must both be "
+                         f"(N, C{'b' if tail else ''}, 1 to 3 spatial dims"
+                         f"{', 16' if tail else ''})")
+    if x_shape[:lead] != y_shape[:lead]:
+        raise ValueError(
+            f"{op}: x {list(x_shape)} and y {list(y_shape)} must share their first {lead} dims"
+        )
+    if tail and (x_shape[len(x_shape) - 1] != LANES or y_shape[len(y_shape) - 1] != LANES):
+        raise ValueError(
+            f"{op}: x {list(x_shape)} and y {list(y_shape)} must end in a {LANES}-channel block"
+        )
+    first = AXES - rank
+    _set_axes(w.size, "input spatial shape", x_shape[lead:lead + rank], first, 0, 1)
+    _set_axes(w.out, "output spatial shape", y_shape[lead:lead + rank], first, 0, 1)
     _set_axes(w.kernel, "kernel", kernel, first, 1, 1)
     _set_axes(w.stride, "strides", strides, first, 1, 1)
     _set_axes(w.pad_begin, "pads_begin", pads_begin, first, 0, 0)
     _set_axes(w.pad_end, "pads_end", pads_end, first, 0, 0)
     _set_axes(w.dilation, "dilations", dilations, first, 1, 1)
+    for axis in range(AXES):
+        w.count_lo[axis] = -w.pad_begin[axis] if count_include_pad else 0
+        w.count_hi[axis] = w.size[axis] + (w.pad_end[axis] if count_include_pad else 0)
+        taps *= w.kernel[axis]
+    a.kind = kind
+    a.lanes = lanes
+    a.in_plane = w.size[0] * w.size[1] * w.size[2] * lanes
+    a.out_plane = w.out[0] * w.out[1] * w.out[2] * lanes
+    cdef Py_ssize_t planes = x_shape[0] * x_shape[1]
+    a.rows = 0 if a.out_plane == 0 else planes * w.out[0] * w.out[1]
+    if a.rows and a.in_plane == 0:
+        raise ValueError(f"{op}: empty input spatial shape {list(x_shape[lead:lead + rank])}")
+    return planes * max(a.in_plane, a.out_plane * taps)
 
 
-def _check_planes(str op, tuple x_shape, tuple y_shape, Py_ssize_t lead):
-    """x and y must agree on their first `lead` dims (and the N16CX lane dim if any)."""
-    if x_shape[:lead] != y_shape[:lead]:
-        raise ValueError(
-            f"{op}: x {list(x_shape)} and y {list(y_shape)} must share their first {lead} dims"
-        )
+cdef Step _window_step(str op, int kind, Py_ssize_t lanes, size_t x, size_t y, size_t indices,
+                       x_shape, y_shape, kernel, strides, pads_begin, pads_end, dilations,
+                       bint count_include_pad, bint column_major):
+    cdef _PoolArgs args
+    cdef Py_ssize_t work = _window_step_args(
+        &args, op, kind, lanes, tuple(x_shape), tuple(y_shape), kernel, strides, pads_begin,
+        pads_end, dilations, count_include_pad)
+    if args.rows and (x == 0 or y == 0 or (kind == POOL_MAX_INDEX and indices == 0)):
+        raise ValueError(f"{op}: null address")
+    args.x = <const float*>x
+    args.y = <float*>y
+    args.indices = <int64_t*>indices
+    args.column_major = column_major
+    cdef Step step = new_step(_pool_step, sizeof(_PoolArgs), work >= PARALLEL_MIN and args.rows > 1)
+    (<_PoolArgs*>step.args)[0] = args
+    return step
+
+
+def make_maxpool_ndarray_step(size_t x, size_t y, size_t indices, x_shape, y_shape, kernel,
+                              strides, pads_begin, dilations, int storage_order=0):
+    """Step: y[n, c, o] = max over in-bounds taps of x[n, c, o * strides - pads_begin + t * dilations].
+
+    x_shape (N, C, *spatial), y_shape (N, C, *out_spatial), 1 to 3 spatial axes; indices 0
+    or the address of int64 shaped like y (ONNX MaxPool's Indices, storage_order 0
+    row-major, 1 column-major over the spatial axes)."""
+    if storage_order not in (0, 1):
+        raise ValueError(f"maxpool_ndarray_fp32: storage_order must be 0 or 1, got {storage_order}")
+    rank = len(tuple(x_shape)) - 2
+    return _window_step("maxpool_ndarray_fp32", POOL_MAX_INDEX if indices else POOL_MAX, 1, x,
+                        y, indices, x_shape, y_shape, kernel, strides, pads_begin,
+                        (0,) * max(rank, 0), dilations, False, storage_order == 1)
+
+
+def make_avgpool_ndarray_step(size_t x, size_t y, x_shape, y_shape, kernel, strides,
+                              pads_begin, pads_end, dilations, bint count_include_pad):
+    """Step: y[n, c, o] = sum of in-bounds taps / count (taps in x, + pads if count_include_pad).
+
+    Shapes as make_maxpool_ndarray_step; cells beyond pads_end (from ceil_mode) are never
+    counted."""
+    return _window_step("avgpool_ndarray_fp32", POOL_AVG, 1, x, y, 0, x_shape, y_shape, kernel,
+                        strides, pads_begin, pads_end, dilations, count_include_pad, False)
+
+
+def make_maxpool_n16cx_step(size_t x, size_t y, x_shape, y_shape, kernel, strides, pads_begin,
+                            dilations):
+    """Step: make_maxpool_ndarray_step's max for x_shape (N, Cb, *spatial, 16), y likewise."""
+    rank = len(tuple(x_shape)) - 3
+    return _window_step("maxpool_n16cx_fp32", POOL_MAX, LANES, x, y, 0, x_shape, y_shape,
+                        kernel, strides, pads_begin, (0,) * max(rank, 0), dilations, False,
+                        False)
+
+
+def make_avgpool_n16cx_step(size_t x, size_t y, x_shape, y_shape, kernel, strides, pads_begin,
+                            pads_end, dilations, bint count_include_pad):
+    """Step: make_avgpool_ndarray_step's average for x_shape (N, Cb, *spatial, 16)."""
+    return _window_step("avgpool_n16cx_fp32", POOL_AVG, LANES, x, y, 0, x_shape, y_shape,
+                        kernel, strides, pads_begin, pads_end, dilations, count_include_pad,
+                        False)
+
+
+cdef Step _global_step_of(str op, size_t x, size_t y, Py_ssize_t items, Py_ssize_t n,
+                          bint blocked, bint is_max):
+    if items < 0 or n < 0:
+        raise ValueError(f"{op}: negative size (items {items}, spatial size {n})")
+    if items > 0 and n == 0:
+        raise ValueError(f"{op}: empty spatial size")
+    cdef Py_ssize_t work = items * n * (LANES if blocked else 1)
+    cdef Step step = new_step(_global_step, sizeof(_GlobalArgs),
+                              work >= PARALLEL_MIN and items > 1)
+    cdef _GlobalArgs* a = <_GlobalArgs*>step.args
+    a.x = <const float*>x
+    a.y = <float*>y
+    a.items = items
+    a.n = n
+    a.blocked = blocked
+    a.is_max = is_max
+    return step
+
+
+def make_global_avgpool_ndarray_step(size_t x, size_t y, Py_ssize_t rows, Py_ssize_t n):
+    """Step: y[r] = sum(x[r, :]) / n for x (rows, n), rows = N * C, n the spatial size."""
+    return _global_step_of("global_avgpool_ndarray_fp32", x, y, rows, n, False, False)
+
+
+def make_global_maxpool_ndarray_step(size_t x, size_t y, Py_ssize_t rows, Py_ssize_t n):
+    """Step: y[r] = max(x[r, :]) for x (rows, n)."""
+    return _global_step_of("global_maxpool_ndarray_fp32", x, y, rows, n, False, True)
+
+
+def make_global_avgpool_n16cx_step(size_t x, size_t y, Py_ssize_t planes, Py_ssize_t n):
+    """Step: y[p, :] = sum(x[p, :, :], axis=0) / n for x (planes, n, 16), y (planes, 16)."""
+    return _global_step_of("global_avgpool_n16cx_fp32", x, y, planes, n, True, False)
+
+
+def make_global_maxpool_n16cx_step(size_t x, size_t y, Py_ssize_t planes, Py_ssize_t n):
+    """Step: y[p, :] = max(x[p, :, :], axis=0) for x (planes, n, 16), y (planes, 16)."""
+    return _global_step_of("global_maxpool_n16cx_fp32", x, y, planes, n, True, True)
+
+
+# ---------------------------------------------------------------------------------------
+# Python-visible wrappers for tests: build the step from memoryviews and run it
+
+cdef inline size_t _addr(const void* p) noexcept:
+    return <size_t>p
 
 
 def maxpool_ndarray_fp32(const float[:, :, :, :, ::1] x, float[:, :, :, :, ::1] y,
@@ -455,39 +566,17 @@ def maxpool_ndarray_fp32(const float[:, :, :, :, ::1] x, float[:, :, :, :, ::1] 
     x (N, C, D, H, W), y (N, C, OD, OH, OW), indices None or int64 shaped like y (ONNX
     MaxPool's Indices, storage_order 0 row-major, 1 column-major over the spatial axes).
     """
-    cdef Window w
-    x_shape, y_shape = _dims(x.shape, 5), _dims(y.shape, 5)
-    _check_planes("maxpool_ndarray_fp32", x_shape, y_shape, 2)
+    y_shape = _dims(y.shape, 5)
     if indices is not None and _dims(indices.shape, 5) != y_shape:
         raise ValueError(
             f"maxpool_ndarray_fp32: indices {list(_dims(indices.shape, 5))} must have y's shape "
             f"{list(y_shape)}"
         )
-    if storage_order not in (0, 1):
-        raise ValueError(f"maxpool_ndarray_fp32: storage_order must be 0 or 1, got {storage_order}")
-    _set_window(&w, x_shape[2:], y_shape[2:], kernel, strides, pads_begin, (0, 0, 0),
-                dilations, 0)
-    cdef Py_ssize_t planes = y.shape[0] * y.shape[1]
-    cdef Py_ssize_t in_plane = x.shape[2] * x.shape[3] * x.shape[4]
-    cdef Py_ssize_t out_plane = y.shape[2] * y.shape[3] * y.shape[4]
-    if planes == 0 or out_plane == 0:
-        return
-    if in_plane == 0:
-        raise ValueError(f"maxpool_ndarray_fp32: empty input spatial shape {list(x_shape[2:])}")
-    cdef const float* xp = &x[0, 0, 0, 0, 0]
-    cdef float* yp = &y[0, 0, 0, 0, 0]
-    cdef int64_t* ip = NULL if indices is None else &indices[0, 0, 0, 0, 0]
-    cdef bint column_major = storage_order == 1
-    cdef Py_ssize_t p
-    cdef int threads = _threads(num_threads, planes)
-    with nogil:
-        if ip == NULL:
-            for p in prange(planes, num_threads=threads, schedule="static"):
-                _maxpool_plane(xp + p * in_plane, yp + p * out_plane, &w)
-        else:
-            for p in prange(planes, num_threads=threads, schedule="static"):
-                _maxpool_index_plane(xp + p * in_plane, yp + p * out_plane,
-                                     ip + p * out_plane, p * in_plane, column_major, &w)
+    step = make_maxpool_ndarray_step(
+        _addr(&x[0, 0, 0, 0, 0]) if x.size else 0, _addr(&y[0, 0, 0, 0, 0]) if y.size else 0,
+        _addr(&indices[0, 0, 0, 0, 0]) if indices is not None and indices.size else 0,
+        _dims(x.shape, 5), y_shape, kernel, strides, pads_begin, dilations, storage_order)
+    run_steps([step], num_threads)
 
 
 def avgpool_ndarray_fp32(const float[:, :, :, :, ::1] x, float[:, :, :, :, ::1] y,
@@ -498,33 +587,11 @@ def avgpool_ndarray_fp32(const float[:, :, :, :, ::1] x, float[:, :, :, :, ::1] 
     x (N, C, D, H, W), y (N, C, OD, OH, OW); cells beyond pads_end (from ceil_mode) are
     never counted.
     """
-    cdef Window w
-    x_shape, y_shape = _dims(x.shape, 5), _dims(y.shape, 5)
-    _check_planes("avgpool_ndarray_fp32", x_shape, y_shape, 2)
-    _set_window(&w, x_shape[2:], y_shape[2:], kernel, strides, pads_begin, pads_end,
-                dilations, 0)
-    cdef Py_ssize_t planes = y.shape[0] * y.shape[1]
-    cdef Py_ssize_t in_plane = x.shape[2] * x.shape[3] * x.shape[4]
-    cdef Py_ssize_t out_plane = y.shape[2] * y.shape[3] * y.shape[4]
-    if planes == 0 or out_plane == 0:
-        return
-    if in_plane == 0:
-        raise ValueError(f"avgpool_ndarray_fp32: empty input spatial shape {list(x_shape[2:])}")
-    cdef const float* xp = &x[0, 0, 0, 0, 0]
-    cdef float* yp = &y[0, 0, 0, 0, 0]
-    cdef Py_ssize_t p
-    cdef int threads = _threads(num_threads, planes)
-    with nogil:
-        for p in prange(planes, num_threads=threads, schedule="static"):
-            _avgpool_plane(xp + p * in_plane, yp + p * out_plane, count_include_pad, &w)
-
-
-cdef _check_n16cx(str op, tuple x_shape, tuple y_shape):
-    _check_planes(op, x_shape, y_shape, 2)
-    if x_shape[4] != LANES or y_shape[4] != LANES:
-        raise ValueError(
-            f"{op}: x {list(x_shape)} and y {list(y_shape)} must end in a {LANES}-channel block"
-        )
+    step = make_avgpool_ndarray_step(
+        _addr(&x[0, 0, 0, 0, 0]) if x.size else 0, _addr(&y[0, 0, 0, 0, 0]) if y.size else 0,
+        _dims(x.shape, 5), _dims(y.shape, 5), kernel, strides, pads_begin, pads_end, dilations,
+        count_include_pad)
+    run_steps([step], num_threads)
 
 
 def maxpool_n16cx_fp32(const float[:, :, :, :, ::1] x, float[:, :, :, :, ::1] y,
@@ -533,25 +600,11 @@ def maxpool_n16cx_fp32(const float[:, :, :, :, ::1] x, float[:, :, :, :, ::1] y,
 
     x (N, Cb, H, W, 16), y (N, Cb, OH, OW, 16).
     """
-    cdef Window w
-    x_shape, y_shape = _dims(x.shape, 5), _dims(y.shape, 5)
-    _check_n16cx("maxpool_n16cx_fp32", x_shape, y_shape)
-    _set_window(&w, x_shape[2:4], y_shape[2:4], kernel_hw, strides_hw, pads_begin_hw, (0, 0),
-                dilations_hw, 1)
-    cdef Py_ssize_t planes = y.shape[0] * y.shape[1]
-    cdef Py_ssize_t in_plane = x.shape[2] * x.shape[3] * LANES
-    cdef Py_ssize_t out_plane = y.shape[2] * y.shape[3] * LANES
-    if planes == 0 or out_plane == 0:
-        return
-    if in_plane == 0:
-        raise ValueError(f"maxpool_n16cx_fp32: empty input spatial shape {list(x_shape[2:4])}")
-    cdef const float* xp = &x[0, 0, 0, 0, 0]
-    cdef float* yp = &y[0, 0, 0, 0, 0]
-    cdef Py_ssize_t p
-    cdef int threads = _threads(num_threads, planes)
-    with nogil:
-        for p in prange(planes, num_threads=threads, schedule="static"):
-            _maxpool_n16cx_plane(xp + p * in_plane, yp + p * out_plane, &w)
+    step = make_maxpool_n16cx_step(
+        _addr(&x[0, 0, 0, 0, 0]) if x.size else 0, _addr(&y[0, 0, 0, 0, 0]) if y.size else 0,
+        _dims(x.shape, 5), _dims(y.shape, 5), kernel_hw, strides_hw, pads_begin_hw,
+        dilations_hw)
+    run_steps([step], num_threads)
 
 
 def avgpool_n16cx_fp32(const float[:, :, :, :, ::1] x, float[:, :, :, :, ::1] y,
@@ -561,94 +614,62 @@ def avgpool_n16cx_fp32(const float[:, :, :, :, ::1] x, float[:, :, :, :, ::1] y,
 
     x (N, Cb, H, W, 16), y (N, Cb, OH, OW, 16).
     """
-    cdef Window w
-    x_shape, y_shape = _dims(x.shape, 5), _dims(y.shape, 5)
-    _check_n16cx("avgpool_n16cx_fp32", x_shape, y_shape)
-    _set_window(&w, x_shape[2:4], y_shape[2:4], kernel_hw, strides_hw, pads_begin_hw,
-                pads_end_hw, dilations_hw, 1)
-    cdef Py_ssize_t planes = y.shape[0] * y.shape[1]
-    cdef Py_ssize_t in_plane = x.shape[2] * x.shape[3] * LANES
-    cdef Py_ssize_t out_plane = y.shape[2] * y.shape[3] * LANES
-    if planes == 0 or out_plane == 0:
-        return
-    if in_plane == 0:
-        raise ValueError(f"avgpool_n16cx_fp32: empty input spatial shape {list(x_shape[2:4])}")
-    cdef const float* xp = &x[0, 0, 0, 0, 0]
-    cdef float* yp = &y[0, 0, 0, 0, 0]
-    cdef Py_ssize_t p
-    cdef int threads = _threads(num_threads, planes)
-    with nogil:
-        for p in prange(planes, num_threads=threads, schedule="static"):
-            _avgpool_n16cx_plane(xp + p * in_plane, yp + p * out_plane, count_include_pad, &w)
+    step = make_avgpool_n16cx_step(
+        _addr(&x[0, 0, 0, 0, 0]) if x.size else 0, _addr(&y[0, 0, 0, 0, 0]) if y.size else 0,
+        _dims(x.shape, 5), _dims(y.shape, 5), kernel_hw, strides_hw, pads_begin_hw,
+        pads_end_hw, dilations_hw, count_include_pad)
+    run_steps([step], num_threads)
+
+
+cdef _check_global_rows(str op, const float[:, ::1] x, float[::1] y):
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"{op}: x {list(_dims(x.shape, 2))} and y {[y.shape[0]]} need one "
+                         "output per row")
 
 
 def global_avgpool_ndarray_fp32(const float[:, ::1] x, float[::1] y, int num_threads):
     """y[r] = sum(x[r, :]) / S for x (R, S), R = N * C and S the spatial size."""
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"global_avgpool_ndarray_fp32: x {list(_dims(x.shape, 2))} and y "
-                         f"{[y.shape[0]]} need one output per row")
-    cdef Py_ssize_t rows = x.shape[0], n = x.shape[1], r
-    if rows == 0:
+    _check_global_rows("global_avgpool_ndarray_fp32", x, y)
+    if x.shape[0] == 0:
         return
-    if n == 0:
-        raise ValueError("global_avgpool_ndarray_fp32: empty spatial size")
-    cdef const float* xp = &x[0, 0]
-    cdef int threads = _threads(num_threads, rows)
-    with nogil:
-        for r in prange(rows, num_threads=threads, schedule="static"):
-            y[r] = _row_sum(xp + r * n, n) / <float>n
+    run_steps([make_global_avgpool_ndarray_step(_addr(&x[0, 0]) if x.size else 0,
+                                                _addr(&y[0]), x.shape[0], x.shape[1])],
+              num_threads)
 
 
 def global_maxpool_ndarray_fp32(const float[:, ::1] x, float[::1] y, int num_threads):
     """y[r] = max(x[r, :]) for x (R, S), R = N * C and S the spatial size."""
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"global_maxpool_ndarray_fp32: x {list(_dims(x.shape, 2))} and y "
-                         f"{[y.shape[0]]} need one output per row")
-    cdef Py_ssize_t rows = x.shape[0], n = x.shape[1], r
-    if rows == 0:
+    _check_global_rows("global_maxpool_ndarray_fp32", x, y)
+    if x.shape[0] == 0:
         return
-    if n == 0:
-        raise ValueError("global_maxpool_ndarray_fp32: empty spatial size")
-    cdef const float* xp = &x[0, 0]
-    cdef int threads = _threads(num_threads, rows)
-    with nogil:
-        for r in prange(rows, num_threads=threads, schedule="static"):
-            y[r] = _row_max(xp + r * n, n)
+    run_steps([make_global_maxpool_ndarray_step(_addr(&x[0, 0]) if x.size else 0,
+                                                _addr(&y[0]), x.shape[0], x.shape[1])],
+              num_threads)
 
 
 cdef _check_global_n16cx(str op, const float[:, :, :, ::1] x, float[:, :, ::1] y):
     if _dims(x.shape, 2) != _dims(y.shape, 2) or x.shape[3] != LANES or y.shape[2] != LANES:
         raise ValueError(f"{op}: expected x (N, Cb, S, {LANES}) and y (N, Cb, {LANES}), got x "
                          f"{list(_dims(x.shape, 4))} and y {list(_dims(y.shape, 3))}")
-    if x.shape[2] == 0 and x.shape[0] * x.shape[1] != 0:
-        raise ValueError(f"{op}: empty spatial size")
 
 
 def global_avgpool_n16cx_fp32(const float[:, :, :, ::1] x, float[:, :, ::1] y,
                               int num_threads):
     """y[n, cb, :] = sum(x[n, cb, :, :], axis=spatial) / S for x (N, Cb, S, 16)."""
     _check_global_n16cx("global_avgpool_n16cx_fp32", x, y)
-    cdef Py_ssize_t planes = x.shape[0] * x.shape[1], n = x.shape[2], p
-    if planes == 0:
+    if y.size == 0:
         return
-    cdef const float* xp = &x[0, 0, 0, 0]
-    cdef float* yp = &y[0, 0, 0]
-    cdef int threads = _threads(num_threads, planes)
-    with nogil:
-        for p in prange(planes, num_threads=threads, schedule="static"):
-            _global_avgpool_n16cx_plane(xp + p * n * LANES, yp + p * LANES, n)
+    run_steps([make_global_avgpool_n16cx_step(_addr(&x[0, 0, 0, 0]) if x.size else 0,
+                                              _addr(&y[0, 0, 0]), x.shape[0] * x.shape[1],
+                                              x.shape[2])], num_threads)
 
 
 def global_maxpool_n16cx_fp32(const float[:, :, :, ::1] x, float[:, :, ::1] y,
                               int num_threads):
     """y[n, cb, :] = max(x[n, cb, :, :], axis=spatial) for x (N, Cb, S, 16)."""
     _check_global_n16cx("global_maxpool_n16cx_fp32", x, y)
-    cdef Py_ssize_t planes = x.shape[0] * x.shape[1], n = x.shape[2], p
-    if planes == 0:
+    if y.size == 0:
         return
-    cdef const float* xp = &x[0, 0, 0, 0]
-    cdef float* yp = &y[0, 0, 0]
-    cdef int threads = _threads(num_threads, planes)
-    with nogil:
-        for p in prange(planes, num_threads=threads, schedule="static"):
-            _global_maxpool_n16cx_plane(xp + p * n * LANES, yp + p * LANES, n)
+    run_steps([make_global_maxpool_n16cx_step(_addr(&x[0, 0, 0, 0]) if x.size else 0,
+                                              _addr(&y[0, 0, 0]), x.shape[0] * x.shape[1],
+                                              x.shape[2])], num_threads)

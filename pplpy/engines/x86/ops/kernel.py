@@ -107,7 +107,8 @@ class X86Kernel:
         return any(s is not None and s.shape.element_count > 0 for s in io.outputs)
 
     def make_step(self, io):
-        """The step that computes this node for the shapes in ``io`` (None: nothing to do).
+        """The step that computes this node for the shapes in ``io`` (None: nothing to do;
+        a list of steps for phases that need a barrier between them, e.g. pack then multiply).
 
         Default, for kernels written in Python: a PythonStep calling ``do_execute``."""
         if not self.has_work(io):

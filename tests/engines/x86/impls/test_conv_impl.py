@@ -11,6 +11,7 @@ from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.engines.x86.impls.dispatch import load_variant
 from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.runtime.step import run_steps
 
 IMPLS = pathlib.Path(__file__).parents[4] / "pplpy/engines/x86/impls"
 
@@ -155,7 +156,7 @@ def test_variants_export_same_names():
         names[isa] = re.findall(r"^def (\w+)", (IMPLS / body[0]).read_text(), re.M) + \
             re.findall(r"^def (\w+)", text, re.M)
     assert len({tuple(v) for v in names.values()}) == 1, names
-    assert {"conv_pack_weight", "conv2d_n16cx_fp32"} <= set(names["fma"])
+    assert {"conv_pack_weight", "make_conv2d_n16cx_step", "conv2d_n16cx_fp32"} <= set(names["fma"])
     for isa in supported_isas():
         mod = load_variant("conv_fp32", isa)
         assert all(hasattr(mod, name) for name in names[isa])
@@ -184,3 +185,78 @@ def test_reference_agrees_with_onnx(case):
     (expected,) = ReferenceEvaluator(helper.make_model(graph)).run(None, {"x": x, "w": wt, "b": b})
     got = conv_ref(x, wt, b, group, strides, pads, dils, expected.shape[2:])
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+# ---- the step API: run-time operands packed inside the step, and team sizes 1, 2, 3 ----
+
+
+def addr(array):
+    return array.__array_interface__["data"][0]
+
+
+def run_threads(make, threads=(1, 2, 3)):
+    """Outputs of the step that make(num_threads) -> (step, out) gives, per team size."""
+    results = []
+    for t in threads:
+        step, out = make(t)
+        run_steps([step], t)
+        results.append(out.copy())
+    return results
+
+
+# (n, ic, oc, group, h, w, kh, kw, strides, pads, dils)
+CONV_CASES = [
+    (2, 20, 37, 1, 11, 13, 3, 3, (2, 2), (1, 1), (1, 1)),      # tails of both channel counts
+    (1, 64, 64, 1, 14, 14, 3, 3, (1, 1), (1, 1), (1, 1)),      # ResNet-like
+    (1, 32, 24, 1, 10, 10, 1, 1, (1, 1), (0, 0), (1, 1)),      # pointwise, flattened
+    (1, 12, 18, 3, 7, 9, 3, 3, (1, 1), (1, 0), (2, 1)),        # odd groups, dilation
+    (2, 40, 40, 40, 9, 11, 3, 3, (2, 1), (1, 1), (1, 1)),      # depthwise, tail block
+    (1, 8, 24, 8, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1)),         # channel multiplier 3
+    (1, 3, 8, 1, 15, 15, 5, 5, (2, 2), (2, 2), (1, 1)),        # RGB first layer
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=[str(i) for i in range(len(CONV_CASES))])
+@pytest.mark.parametrize("raw", [False, True], ids=["packed", "raw"])
+def test_conv_step_threads_bitwise(conv, case, raw):
+    """A packed or a run-time weight (and bias), teams of 1, 2, 3: same bits, right values."""
+    n, ic, oc, group, h, w, kh, kw, (sh, sw), (pt, pl), (dh, dw) = case
+    rng = np.random.default_rng(ic * oc + group)
+    oh = (h + 2 * pt - ((kh - 1) * dh + 1)) // sh + 1
+    ow = (w + 2 * pl - ((kw - 1) * dw + 1)) // sw + 1
+    x = rng.standard_normal((n, ic, h, w), dtype=np.float32)
+    wt = rng.standard_normal((oc, ic // group, kh, kw), dtype=np.float32)
+    b = rng.standard_normal(oc, dtype=np.float32)
+    xn = to_n16cx(x)
+    extra = {"w": addr(wt), "b": addr(b)} if raw else {
+        "packed_w": conv.conv_pack_weight(wt, group), "bias": b}
+
+    def make(t):
+        y = np.full((n, -(-oc // 16), oh, ow, 16), np.nan, np.float32)
+        step = conv.make_conv2d_n16cx_step(addr(xn), addr(y), n, ic, oc, group, h, w, oh, ow,
+                                           kh, kw, sh, sw, pt, pl, dh, dw,
+                                           int(PostOp.LEAKY_RELU), 0.1, 0.0, t,
+                                           keep=(xn, y, wt, b), **extra)
+        return step, y
+
+    results = run_threads(make)
+    ref = post_op_reference(conv_ref(x, wt, b, group, (sh, sw), (pt, pl), (dh, dw), (oh, ow)),
+                            PostOp.LEAKY_RELU, 0.1, 0.0)
+    scale = np.sqrt((ic // group) * kh * kw) + 1
+    np.testing.assert_allclose(from_n16cx(results[0], oc), ref, rtol=1e-4, atol=1e-4 * scale)
+    assert np.isfinite(results[0]).all(), "padding lanes of y must be finite"
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+
+
+def test_conv_step_rejects_bad_arguments(conv):
+    packed = conv.conv_pack_weight(np.ones((16, 16, 3, 3), np.float32), 1)
+    with pytest.raises(ValueError, match="repack"):
+        conv.make_conv2d_n16cx_step(1, 1, 1, 16, 32, 1, 4, 4, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 0,
+                                    0.0, 0.0, 1, packed_w=packed)
+    with pytest.raises(ValueError, match="not both"):
+        conv.make_conv2d_n16cx_step(1, 1, 1, 16, 16, 1, 4, 4, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 0,
+                                    0.0, 0.0, 1, packed_w=packed, w=1)
+    with pytest.raises(ValueError, match="strides"):
+        conv.make_conv2d_n16cx_step(1, 1, 1, 16, 16, 1, 4, 4, 4, 4, 3, 3, 0, 1, 1, 1, 1, 1, 0,
+                                    0.0, 0.0, 1, packed_w=packed)

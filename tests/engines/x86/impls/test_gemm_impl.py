@@ -11,6 +11,7 @@ from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.engines.x86.impls.dispatch import load_variant
 from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.runtime.step import run_steps
 
 IMPLS = pathlib.Path(__file__).parents[4] / "pplpy/engines/x86/impls"
 
@@ -100,7 +101,7 @@ def test_variants_export_same_names():
         names[isa] = re.findall(r"^def (\w+)", (IMPLS / body[0]).read_text(), re.M) + \
             re.findall(r"^def (\w+)", text, re.M)
     assert len({tuple(v) for v in names.values()}) == 1, names
-    assert set(names["fma"]) == {"gemm_pack_b", "gemm_fp32"}
+    assert set(names["fma"]) == {"gemm_pack_b", "make_gemm_step", "gemm_fp32"}
     for isa in supported_isas():
         mod = load_variant("gemm_fp32", isa)
         assert all(hasattr(mod, name) for name in names[isa])
@@ -110,3 +111,114 @@ def test_header_post_op_codes_match_post_ops():
     text = (IMPLS / "_brgemm_fp32.h").read_text()
     codes = {name: int(value) for name, value in re.findall(r"PPL_POST_(\w+) = (\d+)", text)}
     assert codes == {op.name: int(op) for op in PostOp}
+
+
+# ---- the step API: run-time operands packed inside the step, and team sizes 1, 2, 3 ----
+
+
+def addr(array):
+    return array.__array_interface__["data"][0]
+
+
+def run_threads(make, threads=(1, 2, 3)):
+    """Outputs of the step that make(num_threads) -> (step, out) gives, per team size."""
+    results = []
+    for t in threads:
+        step, out = make(t)
+        run_steps([step], t)
+        results.append(out.copy())
+    return results
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 1000, 300), (29, 70, 300), (3136 // 16, 64, 576 // 4),
+                                   (5, 3, 0), (17, 33, 17)])
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
+def test_gemm_step_threads_bitwise(gemm, m, n, k, packed, trans_a, trans_b):
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((k, m) if trans_a else (m, k), dtype=np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    bb = gemm.gemm_pack_b(b, trans_b) if packed else b
+
+    def make(t):
+        out = np.full((m, n), np.nan, np.float32)
+        step = gemm.make_gemm_step(addr(a), addr(bb), addr(out), m, k, n, t, trans_a=trans_a,
+                                   b_packed=packed, trans_b=trans_b, alpha=0.5, bias=bias,
+                                   post_op=int(PostOp.RELU), keep=(a, bb, out))
+        return step, out
+
+    results = run_threads(make)
+    am = (a.T if trans_a else a).astype(np.float64)
+    bm = (b.T if trans_b else b).astype(np.float64)
+    ref = np.maximum(0.5 * am @ bm + bias, 0)
+    np.testing.assert_allclose(results[0], ref, rtol=1e-4, atol=1e-4 * (np.sqrt(k) + 1))
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+
+
+@pytest.mark.parametrize("a_batch,b_batch", [((3,), (3,)), ((2, 1), (1, 3)), ((4,), (1,)),
+                                             ((1,), (5,))])
+@pytest.mark.parametrize("packed", [True, False])
+def test_gemm_step_batched(gemm, a_batch, b_batch, packed):
+    rng = np.random.default_rng(len(a_batch) + sum(b_batch))
+    m, k, n = 19, 40, 37
+    a = rng.standard_normal(a_batch + (m, k), dtype=np.float32)
+    b = rng.standard_normal(b_batch + (k, n), dtype=np.float32)
+    batch = np.broadcast_shapes(a_batch, b_batch)
+    if packed:
+        bb = np.stack([gemm.gemm_pack_b(e, False) for e in b.reshape(-1, k, n)])
+        entry = bb[0].size
+    else:
+        bb, entry = b, k * n
+
+    def offsets(dims, size):
+        index = np.arange(int(np.prod(dims))).reshape(dims)
+        return np.broadcast_to(index, batch).reshape(-1) * size
+
+    def make(t):
+        out = np.full(batch + (m, n), np.nan, np.float32)
+        step = gemm.make_gemm_step(addr(a), addr(bb), addr(out), m, k, n, t,
+                                   batch=int(np.prod(batch)), a_offsets=offsets(a_batch, m * k),
+                                   b_offsets=offsets(b_batch, entry), b_packed=packed,
+                                   keep=(a, bb, out))
+        return step, out
+
+    results = run_threads(make, (1, 2))
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(results[0], ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(results[1], results[0])
+
+
+@pytest.mark.parametrize("c_shape", [(23, 1), (1, 31), (31,), (), (23, 31)])
+@pytest.mark.parametrize("post_op,p0,p1", [(PostOp.NONE, 0, 0), (PostOp.CLIP, -1, 1),
+                                           (PostOp.SIGMOID, 0, 0)])
+def test_gemm_step_run_time_c(gemm, c_shape, post_op, p0, p1):
+    """C computed at run time, read through broadcast strides (or as the addend)."""
+    rng = np.random.default_rng(len(c_shape))
+    m, n, k = 23, 31, 45
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    c = np.ascontiguousarray(rng.standard_normal(c_shape, dtype=np.float32))
+    pb = gemm.gemm_pack_b(b, False)
+    out = np.full((m, n), np.nan, np.float32)
+    if c_shape == (m, n):
+        extra = {"addend": addr(c)}
+    else:
+        s0, s1 = (s // 4 for s in np.broadcast_to(c, (m, n)).strides)
+        extra = {"c": addr(c), "c_s0": s0, "c_s1": s1}
+    step = gemm.make_gemm_step(addr(a), addr(pb), addr(out), m, k, n, 2, alpha=1.5, beta=-0.5,
+                               post_op=int(post_op), p0=p0, p1=p1, keep=(a, pb, out, c),
+                               **extra)
+    run_steps([step], 2)
+    ref = post_op_reference(1.5 * a.astype(np.float64) @ b - 0.5 * c, post_op, p0, p1)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+def test_gemm_step_rejects_bad_arguments(gemm):
+    with pytest.raises(ValueError, match="m, n, batch >= 1"):
+        gemm.make_gemm_step(0, 0, 0, 0, 4, 4, 1)
+    with pytest.raises(ValueError, match="a_offsets"):
+        gemm.make_gemm_step(1, 1, 1, 2, 4, 4, 1, batch=2, a_offsets=[0])
+    with pytest.raises(ValueError, match="post_op"):
+        gemm.make_gemm_step(1, 1, 1, 2, 4, 4, 1, post_op=9)

@@ -160,3 +160,123 @@ def test_lrn_matches_onnx_reference(m):
     y = np.empty((6, 6, 20), np.float32)
     m.lrn_fp32(x.reshape(6, 6, 20), y, 3, 0.01, 0.75, 1.0, 1)
     np.testing.assert_allclose(y.reshape(want.shape), want, rtol=2e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Steps: run-time BN parameters, team sizes, the step makers themselves
+
+
+def _bn_reference(x, scale, bias, mean, var, eps):
+    a = scale / np.sqrt(var.astype(np.float64) + eps)
+    return (x - mean[:, None]) * a[:, None] + bias[:, None]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 19, 49), (1, 40, 3000), (2, 3, 0)], ids=str)
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_batchnorm_with_run_time_parameters(m, shape, num_threads):
+    rng = np.random.default_rng(7)
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    scale, bias, mean = (rng.standard_normal(c).astype(np.float32) for _ in range(3))
+    var = (np.abs(rng.standard_normal(c)) + 0.1).astype(np.float32)
+    want = _bn_reference(x, scale, bias, mean, var, 1e-5)
+    y = np.empty_like(x)
+    m.batchnorm_ndarray_fp32(x, scale, bias, mean, var, 1e-5, y, num_threads)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    xb = to_n16cx(x)
+    yb = np.full_like(xb, np.nan)
+    m.batchnorm_n16cx_fp32(xb, scale, bias, mean, var, 1e-5, yb, num_threads)
+    np.testing.assert_allclose(yb, to_n16cx(want), rtol=1e-5, atol=1e-5)  # padding lanes 0
+
+
+def test_batchnorm_bad_arguments(m):
+    x = np.zeros((1, 3, 4), np.float32)
+    p3, p2 = np.ones(3, np.float32), np.ones(2, np.float32)
+    with pytest.raises(ValueError, match="expected C = 3"):
+        m.batchnorm_ndarray_fp32(x, p3, p3, p2, p3, 1e-5, x, 1)
+    xb = np.zeros((1, 2, 4, 16), np.float32)
+    with pytest.raises(ValueError, match="channel blocks"):
+        m.batchnorm_n16cx_fp32(xb, p3, p3, p3, p3, 1e-5, xb, 1)
+
+
+def _same_bytes(run):
+    """run(num_threads) -> array; the arrays of a team of 1 and of 2 are the same bytes."""
+    one, two = run(1), run(2)
+    assert one.tobytes() == two.tobytes()
+
+
+@pytest.mark.parametrize("c", [19, 64])
+def test_one_and_two_threads_give_the_same_bytes(m, c):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, c, 2500)).astype(np.float32)     # parallel steps
+    xb = to_n16cx(x)
+    scale, shift = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(
+        np.float32)
+    var = (np.abs(scale) + 0.5).astype(np.float32)
+
+    def affine(t):
+        y = np.empty_like(x)
+        m.channel_affine_ndarray_fp32(x, scale, shift, y, t)
+        return y
+
+    def affine_n16cx(t):
+        y = np.empty_like(xb)
+        m.channel_affine_n16cx_fp32(xb, _pad(scale), _pad(shift), y, t)
+        return y
+
+    def bn(t):
+        y = np.empty_like(x)
+        m.batchnorm_ndarray_fp32(x, scale, shift, shift, var, 1e-3, y, t)
+        return y
+
+    def bn_n16cx(t):
+        y = np.empty_like(xb)
+        m.batchnorm_n16cx_fp32(xb, scale, shift, shift, var, 1e-3, y, t)
+        return y
+
+    def lrn(t):
+        y = np.empty_like(x)
+        m.lrn_fp32(x, y, 5, 1e-3, 0.75, 1.0, t)
+        return y
+
+    def softmax(shape, log):
+        def run(t):
+            v = x.reshape(shape)
+            y = np.empty_like(v)
+            (m.log_softmax_fp32 if log else m.softmax_fp32)(v, y, t)
+            return y
+        return run
+
+    for run in (affine, affine_n16cx, bn, bn_n16cx, lrn):
+        _same_bytes(run)
+    for shape in [(2 * c, 2500, 1), (2, c, 2500), (2 * c, 50, 50), (1, 2 * c * 2500, 1)]:
+        _same_bytes(softmax(shape, False))
+        _same_bytes(softmax(shape, True))
+
+
+def test_steps_split_big_work_and_keep_small_work_serial(m):
+    x = np.zeros((1, 64, 4096), np.float32)
+    a = np.ones(64, np.float32)
+    addr = x.__array_interface__["data"][0]
+    a_addr = a.__array_interface__["data"][0]
+    assert m.make_channel_affine_ndarray_step(addr, a_addr, a_addr, addr, 1, 64, 4096).parallel
+    assert not m.make_channel_affine_ndarray_step(addr, a_addr, a_addr, addr, 1, 64, 16).parallel
+    assert m.make_softmax_step(addr, addr, 64, 4096, 1).parallel
+    assert not m.make_softmax_step(addr, addr, 1, 100, 1).parallel
+    assert m.make_lrn_step(addr, addr, 1, 64, 4096, 5, 1e-3, 0.75, 1.0, 2).parallel
+    with pytest.raises(ValueError, match="negative"):
+        m.make_softmax_step(addr, addr, -1, 4, 1)
+
+
+def test_lrn_step_on_a_team_larger_than_its_scratch(m):
+    # The scratch is sized for the team the step was made for; a larger team must not
+    # write past it (its extra threads stay idle) and must give the same result.
+    from pplpy.runtime.step import run_steps
+
+    x = np.random.default_rng(9).standard_normal((2, 17, 5000)).astype(np.float32)
+    want = _lrn_numpy(x, 3, 0.01, 0.75, 1.0)
+    y = np.empty_like(x)
+    step = m.make_lrn_step(x.__array_interface__["data"][0], y.__array_interface__["data"][0],
+                           2, 17, 5000, 3, 0.01, 0.75, 1.0, 1)
+    run_steps([step], 2)
+    np.testing.assert_allclose(y, want, rtol=2e-6, atol=1e-7)

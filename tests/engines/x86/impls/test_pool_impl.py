@@ -25,6 +25,7 @@ from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.engines.x86.impls.dispatch import load_variant
 from pplpy.errors import PplError
 from pplpy.oputils.onnx.pool_geometry import resolve_pads
+from pplpy.runtime.step import run_steps
 
 FAMILY = "pool_fp32"
 OPSET = 22
@@ -492,10 +493,85 @@ def test_loadable_variants_export_the_same_names():
             continue  # a tier the CPU lacks cannot be imported: see test_variants_are_one_body
         public[isa] = sorted(name for name in dir(module) if not name.startswith("_"))
     assert public, "no variant of pool_fp32 could be loaded"
-    expected = sorted(
-        f"{kind}_{layout}_fp32"
-        for kind in ("maxpool", "avgpool", "global_maxpool", "global_avgpool")
-        for layout in ("ndarray", "n16cx")
-    )
+    pools = [f"{kind}_{layout}" for kind in ("maxpool", "avgpool", "global_maxpool",
+                                             "global_avgpool") for layout in ("ndarray", "n16cx")]
+    # The test wrappers, the step makers the kernels call, and run_steps the wrappers use.
+    expected = sorted([f"{p}_fp32" for p in pools] + [f"make_{p}_step" for p in pools]
+                      + ["run_steps"])
     for isa, names in public.items():
         assert names == expected, isa
+
+
+# ---------------------------------------------------------------------------------------
+# Steps: team sizes, N16CX beyond 2-D, the step makers themselves
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def test_n16cx_and_global_thread_counts_agree(mod):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 19, 40, 41)).astype(np.float32)   # 19: a padded block
+    xb = to_n16cx(x)
+    geometry = ((3, 3), (2, 2), (1, 1))
+
+    def runs(threads):
+        y = np.empty((2, 2, 20, 21, LANES), np.float32)
+        mod.maxpool_n16cx_fp32(xb, y, *geometry, (1, 1), threads)
+        a = np.empty_like(y)
+        mod.avgpool_n16cx_fp32(xb, a, *geometry, (1, 1), (1, 1), False, threads)
+        g = np.empty((2 * 19,), np.float32)
+        mod.global_avgpool_ndarray_fp32(x.reshape(2 * 19, -1), g, threads)
+        gb = np.empty((2, 2, LANES), np.float32)
+        mod.global_avgpool_n16cx_fp32(xb.reshape(2, 2, -1, LANES), gb, threads)
+        return [y, a, g, gb]
+
+    for got, want in zip(runs(2), runs(1)):
+        assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("spatial", [(11,), (4, 5, 6)], ids=str)
+def test_n16cx_steps_take_1d_and_3d(mod, spatial):
+    # The one row driver serves N16CX of any rank 1-3; compare with the NDARRAY kernels.
+    rng = np.random.default_rng(4)
+    n, c = 2, 19
+    rank = len(spatial)
+    x = rng.standard_normal((n, c, *spatial)).astype(np.float32)
+    out, pb, pe = resolve_pads(spatial, [3] * rank, [2] * rank, None, [1] * (2 * rank),
+                               "NOTSET", True)
+    blocks = -(-c // LANES)
+    flat = to_n16cx(x.reshape(n, c, 1, -1)).reshape(n, blocks, *spatial, LANES)
+    for kind in ("max", "avg"):
+        want = _oracle(x, kind, dict(out=out, kernel=(3,) * rank, strides=(2,) * rank,
+                                     dilations=(1,) * rank, pads_begin=pb, pads_end=pe),
+                       count_include_pad=True)[0]
+        yb = np.full((n, blocks, *out, LANES), np.nan, np.float32)
+        common = ((3,) * rank, (2,) * rank, pb)
+        if kind == "max":
+            step = mod.make_maxpool_n16cx_step(_address(flat), _address(yb), flat.shape,
+                                               yb.shape, *common, (1,) * rank)
+        else:
+            step = mod.make_avgpool_n16cx_step(_address(flat), _address(yb), flat.shape,
+                                               yb.shape, *common, pe, (1,) * rank, True)
+        run_steps([step], 2)
+        got = from_n16cx(yb.reshape(n, blocks, 1, -1, LANES), c).reshape(want.shape)
+        _check(got, want, kind)
+
+
+def test_step_makers_check_and_size_their_steps(mod):
+    x = np.zeros((1, 64, 1, 112, 112), np.float32)
+    y = np.zeros((1, 64, 1, 56, 56), np.float32)
+    big = mod.make_maxpool_ndarray_step(_address(x), _address(y), 0, x.shape, y.shape,
+                                        (1, 3, 3), (1, 2, 2), (0, 1, 1), (1, 1, 1))
+    assert big.parallel
+    small = mod.make_maxpool_ndarray_step(_address(x), _address(y), 0, (1, 1, 1, 8, 8),
+                                          (1, 1, 1, 4, 4), (1, 2, 2), (1, 2, 2), (0, 0, 0),
+                                          (1, 1, 1))
+    assert not small.parallel
+    assert not mod.make_global_avgpool_ndarray_step(_address(x), _address(y), 8, 49).parallel
+    with pytest.raises(ValueError, match="1 to 3 spatial dims"):
+        mod.make_avgpool_ndarray_step(_address(x), _address(y), (1, 64), (1, 64), (), (), (),
+                                      (), (), False)
+    with pytest.raises(ValueError, match="empty spatial size"):
+        mod.make_global_maxpool_n16cx_step(_address(x), _address(y), 4, 0)

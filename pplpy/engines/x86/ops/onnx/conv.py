@@ -1,8 +1,9 @@
 """Conv's op context: 1-D and 2-D convolution in N16CX on the brgemm-based conv impl.
 
 Conv always asks for its input in N16CX, so a CNN stays blocked from its first Conv on; the
-engine inserts a Reorder in front when the producer is NDARRAY.  The weight is packed once
-when constant (every runtime shares it) and on each run otherwise.
+engine inserts a Reorder in front when the producer is NDARRAY.  A constant weight is packed
+once, when the kernel is made (every runtime shares it, the raw weight is dropped); a weight
+computed at run time is packed inside the step, each panel by the work item that uses it.
 """
 
 import numpy as np
@@ -23,12 +24,19 @@ def _as_2d(shape_dims, values, fill):
 
 
 class ConvKernel(X86Kernel):
+    """Direct N16CX convolution: one compiled step per input-shape signature."""
+
     def __init__(self, op):
         super().__init__(op)
         w = op.constant(1)
         self.packed_w = self.pack(w) if w is not None else None
+        # The packed array itself, where Runtime.memory() counts kernels' weights.
+        self.packed_data = self.packed_w["data"] if self.packed_w is not None else None
         b = op.constant(2) if op.input_present(2) else None
-        self.bias = np.ascontiguousarray(b, np.float32) if b is not None else None
+        self.bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None else None
+        # The packed weight and the bias copy replace the raw constants.
+        self.packed_inputs = tuple(i for i, v in ((1, self.packed_w), (2, self.bias))
+                                   if v is not None)
         post_ops = getattr(op, "post_ops", ())  # set by the fusion pass
         self.post_op, self.p0, self.p1 = post_ops[0] if post_ops else (PostOp.NONE, 0.0, 0.0)
 
@@ -38,28 +46,38 @@ class ConvKernel(X86Kernel):
             w = w[:, :, None, :]
         return self.impl("conv_fp32").conv_pack_weight(w, int(self.param.group))
 
-    def do_execute(self, ctx):
-        x_shape, w_shape = ctx.input_shapes[0], ctx.input_shapes[1]
-        dims = x_shape.dims
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        x, w, y = io.inputs[0], io.inputs[1], io.outputs[0]
+        b = io.inputs[2] if len(io.inputs) > 2 else None
+        dims, w_dims, y_dims = x.shape.dims, w.shape.dims, y.shape.dims
         p = self.param
-        _, begin, _ = self.op.geometry(dims, w_shape.dims)
+        _, begin, _ = self.op.geometry(dims, w_dims)
         rank = len(dims) - 2
         strides = _as_2d(dims, p.strides or (1,) * rank, 1)
         dilations = _as_2d(dims, p.dilations or (1,) * rank, 1)
         pads = _as_2d(dims, begin, 0)
-        kernel = _as_2d(dims, w_shape.dims[2:], 1)
-        packed = self.packed_w if self.packed_w is not None else self.pack(ctx.inputs[1])
-        bias = self.bias
-        if bias is None and len(ctx.inputs) > 2 and ctx.inputs[2] is not None:
-            bias = np.ascontiguousarray(ctx.inputs[2], np.float32)
-        x, y = ctx.inputs[0], ctx.outputs[0]
-        if rank == 1:
-            x = x.reshape(x.shape[0], x.shape[1], 1, x.shape[2], x.shape[3])
-            y = y.reshape(y.shape[0], y.shape[1], 1, y.shape[2], y.shape[3])
-        self.impl("conv_fp32").conv2d_n16cx_fp32(
-            x, packed, bias, y, dims[1], w_shape.dims[0], int(p.group), kernel[0], kernel[1],
-            strides[0], strides[1], pads[0], pads[1], dilations[0], dilations[1],
-            int(self.post_op), self.p0, self.p1, ctx.num_threads)
+        kernel = _as_2d(dims, w_dims[2:], 1)
+        in_hw = _as_2d(dims, dims[2:], 1)
+        out_hw = _as_2d(dims, y_dims[2:], 1)
+        keep = [x.array, y.array]
+        kwargs = {}
+        if self.packed_w is not None:
+            kwargs["packed_w"] = self.packed_w
+        else:  # a weight computed at run time: the step packs it (1-D: (OC, IC/g, 1, KW))
+            kwargs["w"] = w.address
+            keep.append(w.array)
+        if self.bias is not None:
+            kwargs["bias"] = self.bias
+        elif b is not None:
+            kwargs["b"] = b.address
+            keep.append(b.array)
+        return self.impl("conv_fp32").make_conv2d_n16cx_step(
+            x.address, y.address, dims[0], dims[1], w_dims[0], int(p.group), in_hw[0],
+            in_hw[1], out_hw[0], out_hw[1], kernel[0], kernel[1], strides[0], strides[1],
+            pads[0], pads[1], dilations[0], dilations[1], int(self.post_op), self.p0, self.p1,
+            io.num_threads, keep=tuple(keep), **kwargs)
 
 
 @op("", "Conv", since=1, param=ConvParam)

@@ -1,10 +1,10 @@
 """Op contexts of Gemm and MatMul: float32, NDARRAY, on the brgemm-based gemm impl.
 
-A constant B is packed once when the kernel is created (shared by every runtime); a B
-computed at run time is packed on each run.
+A constant B is packed once when the kernel is created (shared by every runtime, the raw B
+dropped; a batched B every entry, once); a B computed at run time is packed inside the step,
+each panel group by the work item that uses it.  An activation fused into a Gemm (post_ops)
+runs in the epilogue.
 """
-
-import itertools
 
 import numpy as np
 
@@ -16,7 +16,15 @@ from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.oputils.onnx.shape_functions import broadcast_shapes, matmul_shape
 
 
+def _post_op(op):
+    """(code, p0, p1) of the activation the fusion pass folded into ``op``, if any."""
+    post_ops = getattr(op, "post_ops", ())
+    return post_ops[0] if post_ops else (PostOp.NONE, 0.0, 0.0)
+
+
 class GemmKernel(X86Kernel):
+    """Y = post_op(alpha * A' @ B' + beta * C): one compiled step per shape signature."""
+
     def __init__(self, op):
         super().__init__(op)
         b = op.constant(1)
@@ -24,69 +32,104 @@ class GemmKernel(X86Kernel):
         if b is not None:
             self.packed_b = self.impl("gemm_fp32").gemm_pack_b(
                 np.ascontiguousarray(b, np.float32), bool(self.param.transB))
+        c = op.constant(2) if op.input_present(2) else None
+        self.c = np.ascontiguousarray(c, np.float32) if c is not None else None
+        self.packed_inputs = tuple(i for i, v in ((1, self.packed_b), (2, self.c))
+                                   if v is not None)
+        self.post_op, self.p0, self.p1 = _post_op(op)
 
-    def do_execute(self, ctx):
-        impl = self.impl("gemm_fp32")
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
         p = self.param
-        a, b = ctx.inputs[0], ctx.inputs[1]
-        if p.transA:
-            a = np.ascontiguousarray(a.T)
-        packed = self.packed_b
-        if packed is None:
-            packed = impl.gemm_pack_b(np.ascontiguousarray(b), bool(p.transB))
-        m, n = ctx.output_shapes[0].dims
-        k = a.shape[1]
-        bias, addend, beta = None, None, 0.0
-        c = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-        if c is not None and p.beta != 0.0:
-            c = np.asarray(c, np.float32)
-            if c.ndim == 0 or c.shape in ((n,), (1, n)) or c.size == 1:
-                bias = np.ascontiguousarray(
-                    np.broadcast_to(c.reshape(-1) if c.size == n else c.reshape(()), (n,))
-                    * np.float32(p.beta), np.float32)
-            else:
-                addend = np.ascontiguousarray(np.broadcast_to(c, (m, n)), np.float32)
-                beta = float(p.beta)
-        impl.gemm_fp32(a, packed, k, n, ctx.outputs[0], float(p.alpha), bias, addend, beta,
-                       int(PostOp.NONE), 0.0, 0.0, ctx.num_threads)
+        a, b, out = io.inputs[0], io.inputs[1], io.outputs[0]
+        c = io.inputs[2] if len(io.inputs) > 2 else None
+        m, n = out.shape.dims
+        k = a.shape.dims[0] if p.transA else a.shape.dims[1]
+        keep = [a.array, out.array]
+        kwargs = {"trans_a": bool(p.transA), "alpha": float(p.alpha),
+                  "post_op": int(self.post_op), "p0": float(self.p0), "p1": float(self.p1)}
+        if self.packed_b is not None:
+            b_address = self.packed_b.ctypes.data
+            keep.append(self.packed_b)
+        else:  # B computed at run time: the step packs it
+            b_address = b.address
+            keep.append(b.array)
+            kwargs.update(b_packed=False, trans_b=bool(p.transB))
+        beta = float(p.beta)
+        if c is not None and beta != 0.0:
+            if self.c is not None:
+                cv = self.c
+                if cv.size == 1 or cv.shape in ((n,), (1, n)):  # a row vector: the bias
+                    kwargs["bias"] = np.broadcast_to(cv.reshape(-1), (n,)) * np.float32(beta)
+                else:
+                    addend = np.ascontiguousarray(np.broadcast_to(cv, (m, n)))
+                    kwargs.update(addend=addend.ctypes.data, beta=beta)
+                    keep.append(addend)
+            elif tuple(c.shape.dims) == (m, n):
+                kwargs.update(addend=c.address, beta=beta)
+                keep.append(c.array)
+            else:  # broadcast at run time: read through strides (0 along broadcast dims)
+                s0, s1 = (s // 4 for s in np.broadcast_to(c.array, (m, n)).strides)
+                kwargs.update(c=c.address, c_s0=s0, c_s1=s1, beta=beta)
+                keep.append(c.array)
+        return self.impl("gemm_fp32").make_gemm_step(
+            a.address, b_address, out.address, m, k, n, io.num_threads, keep=tuple(keep),
+            **kwargs)
 
 
 class MatMulKernel(X86Kernel):
+    """numpy.matmul: one compiled step; a constant B is packed once, every batch entry."""
+
     def __init__(self, op):
         super().__init__(op)
         b = op.constant(1)
         self.packed_b = None
-        if b is not None and b.ndim == 2:
-            self.packed_b = self.impl("gemm_fp32").gemm_pack_b(
-                np.ascontiguousarray(b, np.float32), False)
+        if b is not None:
+            impl = self.impl("gemm_fp32")
+            b = np.ascontiguousarray(b, np.float32)
+            b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+            entries = b2.reshape((-1,) + b2.shape[-2:])
+            if len(entries):  # (no entries: every output is empty, no step is made)
+                self.packed_b = np.stack([impl.gemm_pack_b(e, False) for e in entries])
+                self.packed_inputs = (1,)
 
-    def do_execute(self, ctx):
-        impl = self.impl("gemm_fp32")
-        a, b = ctx.inputs[0], ctx.inputs[1]
-        out = ctx.outputs[0]
-        a2 = a.reshape(1, -1) if a.ndim == 1 else a
-        b2 = b.reshape(-1, 1) if b.ndim == 1 else b
-        k, n = b2.shape[-2], b2.shape[-1]
-        if k == 0:
-            out[...] = 0
-            return
-        if b2.ndim == 2:
-            # Every batch of A meets the same B: one call with the batch folded into M.
-            packed = self.packed_b if self.packed_b is not None else impl.gemm_pack_b(
-                np.ascontiguousarray(b2), False)
-            rows = a2.reshape(-1, k)
-            impl.gemm_fp32(rows, packed, k, n, out.reshape(rows.shape[0], n), 1.0, None, None,
-                           0.0, int(PostOp.NONE), 0.0, 0.0, ctx.num_threads)
-            return
-        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-        m = a2.shape[-2]
-        a_b = np.broadcast_to(a2, batch + a2.shape[-2:])
-        b_b = np.broadcast_to(b2, batch + b2.shape[-2:])
-        out3 = out.reshape(batch + (m, n))
-        for index in itertools.product(*(range(d) for d in batch)):
-            packed = impl.gemm_pack_b(np.ascontiguousarray(b_b[index]), False)
-            impl.gemm_fp32(np.ascontiguousarray(a_b[index]), packed, k, n, out3[index], 1.0,
-                           None, None, 0.0, int(PostOp.NONE), 0.0, 0.0, ctx.num_threads)
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        a, b, out = io.inputs[0], io.inputs[1], io.outputs[0]
+        a_dims, b_dims = tuple(a.shape.dims), tuple(b.shape.dims)
+        a2 = (1,) + a_dims if len(a_dims) == 1 else a_dims
+        b2 = b_dims + (1,) if len(b_dims) == 1 else b_dims
+        m, k, n = a2[-2], b2[-2], b2[-1]
+        keep = [a.array, out.array]
+        kwargs = {}
+        if self.packed_b is not None:
+            b_address = self.packed_b.ctypes.data
+            entry = self.packed_b[0].size
+            keep.append(self.packed_b)
+        else:
+            b_address = b.address
+            entry = k * n
+            keep.append(b.array)
+            kwargs["b_packed"] = False
+        if len(b2) == 2:
+            # Every batch entry of A meets the same B: one product with the batch folded
+            # into M.
+            m = int(np.prod(a2[:-1]))
+        else:
+            batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+            kwargs["batch"] = int(np.prod(batch))
+
+            def offsets(batch_dims, size):
+                index = np.arange(int(np.prod(batch_dims)), dtype=np.intp).reshape(batch_dims)
+                return np.broadcast_to(index, batch).reshape(-1) * size
+
+            kwargs["a_offsets"] = offsets(a2[:-2], m * k)
+            kwargs["b_offsets"] = offsets(b2[:-2], entry)
+        return self.impl("gemm_fp32").make_gemm_step(
+            a.address, b_address, out.address, m, k, n, io.num_threads, keep=tuple(keep),
+            **kwargs)
 
 
 @op("", "Gemm", since=7, param=GemmParam)  # before 7, C needed the "broadcast" attribute

@@ -10,56 +10,96 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.params.onnx import BatchNormalizationParam, LRNParam, SoftmaxParam
 from pplpy.models.onnx.parsers.encodings import parse_softmax, parse_softmax_coerced
 from pplpy.engines.x86.ops.kernel import X86Kernel
-from pplpy.engines.x86.ops.layout import as_blocked_3d, as_ndarray_3d
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.oputils.onnx.shape_functions import normalize_axis
 
+LANES = 16  # channels per N16CX block
+
 
 class BatchNormalizationKernel(X86Kernel):
-    def do_execute(self, ctx):
-        # Fold the four per-channel vectors into one affine map (C values: numpy glue).
-        scale, bias, mean, var = (np.asarray(a, np.float32) for a in ctx.inputs[1:5])
-        a = (scale / np.sqrt(var + np.float32(self.param.epsilon))).astype(np.float32)
-        b = (bias - mean * a).astype(np.float32)
+    """y = x * a[c] + b[c] with a = scale / sqrt(var + epsilon), b = B - mean * a.
+
+    Constant parameters (the usual case) are folded into a and b once, here, padded with
+    zeros to whole 16-channel blocks; the raw inputs 1-4 are then released
+    (``packed_inputs``).  Parameters computed at run time need no pre-step: the step reads
+    them where they live and folds each channel's a and b itself (C values, cheap beside
+    the C * S pixels), so a node mixing constant and run-time parameters works too."""
+
+    def __init__(self, op):
+        super().__init__(op)
+        params = [op.constant(i) for i in range(1, 5)]
+        self.scale = self.shift = None
+        if all(p is not None for p in params):
+            scale, bias, mean, var = (np.asarray(p, np.float32).reshape(-1) for p in params)
+            a = (scale / np.sqrt(var + np.float32(self.param.epsilon))).astype(np.float32)
+            b = (bias - mean * a).astype(np.float32)
+            padded = -(-len(a) // LANES) * LANES
+            self.scale = np.zeros(padded, np.float32)
+            self.shift = np.zeros(padded, np.float32)
+            self.scale[: len(a)] = a
+            self.shift[: len(b)] = b
+            self.packed_inputs = (1, 2, 3, 4)
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
         impl = self.impl("norm_fp32")
-        shape = ctx.input_shapes[0]
-        if shape.data_format is DataFormat.N16CX:
-            pad = shape.padded_channels - shape.dims[1]
-            a = np.pad(a, (0, pad))
-            b = np.pad(b, (0, pad))
-            impl.channel_affine_n16cx_fp32(as_blocked_3d(ctx.inputs[0], shape), a, b,
-                                           as_blocked_3d(ctx.outputs[0], shape), ctx.num_threads)
-        else:
-            impl.channel_affine_ndarray_fp32(_as_nc_s(ctx.inputs[0], shape), a, b,
-                                             _as_nc_s(ctx.outputs[0], shape), ctx.num_threads)
+        x, y = io.inputs[0], io.outputs[0]
+        n, c, s = _n_c_s(x.shape)
+        blocked = x.shape.data_format is DataFormat.N16CX
+        if self.scale is not None:
+            keep = (self.scale, self.shift)
+            scale, shift = (a.__array_interface__["data"][0] for a in keep)
+            if blocked:
+                return impl.make_channel_affine_n16cx_step(
+                    x.address, scale, shift, y.address, n, -(-c // LANES), s, keep)
+            return impl.make_channel_affine_ndarray_step(x.address, scale, shift, y.address,
+                                                         n, c, s, keep)
+        params = io.inputs[1:5]
+        for name, slot in zip(("scale", "B", "mean", "var"), params):
+            array = slot.array
+            if array.dtype != np.float32 or not array.flags.c_contiguous or array.size != c:
+                raise self.op.unsupported(
+                    f"input {name!r}: expected {c} contiguous float32 values, got "
+                    f"{array.dtype} {list(array.shape)}")
+        make = impl.make_batchnorm_n16cx_step if blocked else impl.make_batchnorm_ndarray_step
+        return make(x.address, *(slot.address for slot in params), float(self.param.epsilon),
+                    y.address, n, c, s, tuple(slot.array for slot in params))
 
 
-def _as_nc_s(array, shape):
-    if len(shape.dims) == 2:
-        return array.reshape(shape.dims[0], shape.dims[1], 1)
-    return as_ndarray_3d(array, shape)
+def _n_c_s(shape):
+    """(N, C, S) of a rank >= 2 tensor, S the product of its spatial dims (1 for rank 2)."""
+    return shape.dims[0], shape.dims[1], math.prod(shape.dims[2:])
 
 
 class LRNKernel(X86Kernel):
-    def do_execute(self, ctx):
+    """y = x / (bias + alpha / size * sum of x ** 2 over the channel window) ** beta."""
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
         p = self.param
-        shape = ctx.input_shapes[0]
-        self.impl("norm_fp32").lrn_fp32(
-            as_ndarray_3d(ctx.inputs[0], shape), as_ndarray_3d(ctx.outputs[0], shape),
-            int(p.size), float(p.alpha), float(p.beta), float(p.bias), ctx.num_threads)
+        n, c, s = _n_c_s(io.inputs[0].shape)
+        return self.impl("norm_fp32").make_lrn_step(
+            io.inputs[0].address, io.outputs[0].address, n, c, s, int(p.size), float(p.alpha),
+            float(p.beta), float(p.bias), io.num_threads)
 
 
 class SoftmaxKernel(X86Kernel):
-    def do_execute(self, ctx):
-        dims = ctx.input_shapes[0].dims or (1,)
+    """Softmax along one axis of the (outer, n, inner) view of the input."""
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        dims = io.inputs[0].shape.dims or (1,)
         axis = self.param.axis % len(dims)
         if self.node.opset < 13:
             # Coerced to 2-D: [prod(dims[:axis]), prod(dims[axis:])], softmax over rows.
             view = (math.prod(dims[:axis]), math.prod(dims[axis:]), 1)
         else:
             view = (math.prod(dims[:axis]), dims[axis], math.prod(dims[axis + 1:]))
-        self.impl("norm_fp32").softmax_fp32(ctx.inputs[0].reshape(view),
-                                           ctx.outputs[0].reshape(view), ctx.num_threads)
+        return self.impl("norm_fp32").make_softmax_step(io.inputs[0].address,
+                                                       io.outputs[0].address, *view)
 
 
 @op("", "BatchNormalization", since=7, param=BatchNormalizationParam)

@@ -1,9 +1,13 @@
 """Op contexts of MaxPool, AveragePool and GlobalAveragePool.
 
 Window geometry (auto_pad, ceil_mode, dilations) follows ``oputils.onnx.pool_geometry``,
-shared with Conv.  2-D pools keep N16CX when their input arrives blocked; 1-D and 3-D pools
-and MaxPool with an Indices output run in NDARRAY.
+shared with Conv: ``pool_window`` gives shape inference and the kernels one PoolWindow.
+2-D pools keep N16CX when their input arrives blocked; 1-D and 3-D pools and MaxPool with
+an Indices output run in NDARRAY.  Each kernel hands the plan one compiled step from the
+pool_fp32 impls (``make_*_step``), which split output rows across the thread team.
 """
+
+import math
 
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
@@ -11,82 +15,72 @@ from pplpy.engines.x86.ops.canned import follow_input_format
 from pplpy.engines.x86.ops.declare import op
 from pplpy.params.onnx import AveragePoolParam, MaxPoolParam
 from pplpy.engines.x86.ops.kernel import X86Kernel
-from pplpy.engines.x86.ops.layout import as_blocked_3d
 from pplpy.engines.x86.ops.op_context import X86OptKernel
-from pplpy.oputils.onnx.pool_geometry import resolve_pads
+from pplpy.oputils.onnx.pool_geometry import pool_window
 
 
-def _as_5d(array, dims):
-    n, c, *spatial = dims
-    spatial = [1] * (3 - len(spatial)) + list(spatial)
-    return array.reshape(n, c, *spatial)
-
-
-def _pad3(values, fill):
-    values = list(values)
-    return tuple([fill] * (3 - len(values)) + values)
+def _physical(slot):
+    """The slot's dims as its memory holds them: (N, C, *S) or (N, C/16, *S, 16)."""
+    shape = slot.shape
+    return tuple(shape.physical_dims if shape.data_format is DataFormat.N16CX else shape.dims)
 
 
 class WindowPoolKernel(X86Kernel):
-    def window(self, ctx):
-        """kernel, strides, pads_begin, pads_end, dilations for this run's input shape."""
-        p = self.param
-        dims = ctx.input_shapes[0].dims
-        rank = len(dims) - 2
-        _, begin, end = self.op.geometry(dims)
-        strides = p.strides or (1,) * rank
-        dilations = p.dilations or (1,) * rank
-        return tuple(p.kernel_shape), tuple(strides), tuple(begin), tuple(end), tuple(dilations)
+    def window(self, io):
+        """The PoolWindow of this step's input shape."""
+        return self.op.geometry(io.inputs[0].shape.dims)
 
 
 class MaxPoolKernel(WindowPoolKernel):
-    def do_execute(self, ctx):
+    """y = max over the window's in-bounds taps; Indices (NDARRAY) as ONNX flattens them."""
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
         impl = self.impl("pool_fp32")
-        kernel, strides, begin, _, dilations = self.window(ctx)
-        x, y = ctx.inputs[0], ctx.outputs[0]
-        if ctx.output_shapes[0].data_format is DataFormat.N16CX:
-            impl.maxpool_n16cx_fp32(x, y, kernel, strides, begin, dilations, ctx.num_threads)
-            return
-        indices = None
-        if len(ctx.outputs) > 1 and ctx.outputs[1] is not None:
-            indices = _as_5d(ctx.outputs[1], ctx.output_shapes[1].dims)
-        storage_order = getattr(self.param, "storage_order", 0)
-        impl.maxpool_ndarray_fp32(
-            _as_5d(x, ctx.input_shapes[0].dims), _as_5d(y, ctx.output_shapes[0].dims), indices,
-            _pad3(kernel, 1), _pad3(strides, 1), _pad3(begin, 0), _pad3(dilations, 1),
-            storage_order, ctx.num_threads)
+        w = self.window(io)
+        x, y = io.inputs[0], io.outputs[0]
+        if y.shape.data_format is DataFormat.N16CX:
+            return impl.make_maxpool_n16cx_step(x.address, y.address, _physical(x),
+                                                _physical(y), w.kernel, w.strides,
+                                                w.pads_begin, w.dilations)
+        indices = io.outputs[1] if len(io.outputs) > 1 else None
+        return impl.make_maxpool_ndarray_step(
+            x.address, y.address, indices.address if indices is not None else 0, _physical(x),
+            _physical(y), w.kernel, w.strides, w.pads_begin, w.dilations,
+            getattr(self.param, "storage_order", 0) or 0)
 
 
 class AveragePoolKernel(WindowPoolKernel):
-    def do_execute(self, ctx):
+    """y = sum of the window's in-bounds taps / count (count_include_pad: + explicit pads)."""
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
         impl = self.impl("pool_fp32")
-        kernel, strides, begin, end, dilations = self.window(ctx)
+        w = self.window(io)
         include_pad = bool(self.param.count_include_pad)
-        x, y = ctx.inputs[0], ctx.outputs[0]
-        if ctx.output_shapes[0].data_format is DataFormat.N16CX:
-            impl.avgpool_n16cx_fp32(x, y, kernel, strides, begin, end, dilations, include_pad,
-                                    ctx.num_threads)
-            return
-        impl.avgpool_ndarray_fp32(
-            _as_5d(x, ctx.input_shapes[0].dims), _as_5d(y, ctx.output_shapes[0].dims),
-            _pad3(kernel, 1), _pad3(strides, 1), _pad3(begin, 0), _pad3(end, 0),
-            _pad3(dilations, 1), include_pad, ctx.num_threads)
+        x, y = io.inputs[0], io.outputs[0]
+        make = (impl.make_avgpool_n16cx_step if y.shape.data_format is DataFormat.N16CX
+                else impl.make_avgpool_ndarray_step)
+        return make(x.address, y.address, _physical(x), _physical(y), w.kernel, w.strides,
+                    w.pads_begin, w.pads_end, w.dilations, include_pad)
 
 
 class GlobalAveragePoolKernel(X86Kernel):
-    def do_execute(self, ctx):
+    """y[n, c] = mean of x[n, c, ...]."""
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
         impl = self.impl("pool_fp32")
-        shape = ctx.input_shapes[0]
-        x, y = ctx.inputs[0], ctx.outputs[0]
-        if shape.data_format is DataFormat.N16CX:
-            blocked = as_blocked_3d(x, shape)
-            impl.global_avgpool_n16cx_fp32(blocked, y.reshape(blocked.shape[0], blocked.shape[1],
-                                                              blocked.shape[3]),
-                                           ctx.num_threads)
-            return
-        n, c = shape.dims[:2]
-        impl.global_avgpool_ndarray_fp32(x.reshape(n * c, -1), y.reshape(n * c),
-                                         ctx.num_threads)
+        x, y = io.inputs[0], io.outputs[0]
+        n, c, *spatial = x.shape.dims
+        size = math.prod(spatial)
+        if x.shape.data_format is DataFormat.N16CX:
+            return impl.make_global_avgpool_n16cx_step(x.address, y.address,
+                                                       n * _physical(x)[1], size)
+        return impl.make_global_avgpool_ndarray_step(x.address, y.address, n * c, size)
 
 
 class WindowPoolOp(X86OptKernel):
@@ -95,10 +89,10 @@ class WindowPoolOp(X86OptKernel):
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
 
     def geometry(self, in_shape):
-        """(out_spatial, pads_begin, pads_end) for an input shape."""
+        """The PoolWindow (output size, pads, defaulted attributes) for an input shape."""
         p = self.param
-        return resolve_pads(in_shape[2:], p.kernel_shape, p.strides, p.dilations, p.pads,
-                            p.auto_pad, bool(p.ceil_mode))
+        return pool_window(in_shape[2:], p.kernel_shape, p.strides, p.dilations, p.pads,
+                           p.auto_pad, bool(p.ceil_mode))
 
     def infer_shape(self, in_shapes, in_values):
         shape = in_shapes[0]
@@ -110,8 +104,7 @@ class WindowPoolOp(X86OptKernel):
                 f"{len(shape) - 2} spatial dims", in_shapes)
         if len(shape) > 5:
             raise self.unsupported(f"{len(shape) - 2}-D pooling is not supported (1-D to 3-D)")
-        out_spatial, _, _ = self.geometry(shape)
-        out = tuple(shape[:2]) + tuple(out_spatial)
+        out = tuple(shape[:2]) + self.geometry(shape).out
         return [out] * len([o for o in self.node.outputs if o])
 
     def select_format(self, in_formats, in_shapes):

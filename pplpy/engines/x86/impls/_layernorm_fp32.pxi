@@ -1,0 +1,695 @@
+# Row-wise normalisations as compiled steps: LayerNormalization and RMSNormalization
+# (statistics over the trailing dims, one row each), InstanceNormalization and
+# GroupNormalization (one row per (n, c) plane or (n, group)), InstanceNormalization on
+# N16CX (16 channels' statistics at once), MeanVarianceNormalization (any set of axes),
+# and the single-axis ops LogSoftmax, Hardmax and LpNormalization.
+#
+# Written once and included by _layernorm_fp32_{avx512,fma,sse}.pyx.  Statistics take two
+# passes over a row (mean, then the sum of squared deviations: no cancellation as in
+# E[x^2] - E[x]^2), a third pass writes the output; each pass is vectorised along the row.
+# Sums keep 16 float partial sums that are handed to a double every 1024 terms, so gcc
+# vectorises them without -ffast-math and long rows keep their precision.
+#
+# Every step splits independent items (rows, planes, column tiles) across the team with
+# ppl_partition; none has a barrier.
+
+import numpy as np
+from libc.math cimport logf, sqrtf
+from libc.stdint cimport int64_t
+from libc.string cimport memset
+
+from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step import run_steps
+
+include "_kernel_support.pxi"
+
+
+cdef enum:
+    LANES = 16
+    # Single-axis ops over a strided axis work on this many columns at a time (stack buffers).
+    TILE = 128
+    MAX_DIMS = 8
+    # Flush the float partial sums into a double after this many blocks of LANES terms.
+    FLUSH = 64
+
+cdef enum:
+    AXIS_LOG_SOFTMAX = 0
+    AXIS_HARDMAX = 1
+    AXIS_L1 = 2
+    AXIS_L2 = 3
+
+
+# ---------------------------------------------------------------------------------------
+# Sums along a contiguous row.
+
+cdef double _sum(const float *x, Py_ssize_t n) noexcept nogil:
+    """sum(x)"""
+    cdef float part[LANES]
+    cdef double total = 0
+    cdef Py_ssize_t i, nb = n // LANES
+    cdef int l
+    for l in range(LANES):
+        part[l] = 0
+    for i in range(nb):
+        for l in range(LANES):
+            part[l] += x[i * LANES + l]
+        if i % FLUSH == FLUSH - 1:
+            for l in range(LANES):
+                total += part[l]
+                part[l] = 0
+    for l in range(LANES):
+        total += part[l]
+    for i in range(nb * LANES, n):
+        total += x[i]
+    return total
+
+
+cdef double _sum_sq_dev(const float *x, Py_ssize_t n, float m) noexcept nogil:
+    """sum((x - m) ** 2)"""
+    cdef float part[LANES]
+    cdef float d
+    cdef double total = 0
+    cdef Py_ssize_t i, nb = n // LANES
+    cdef int l
+    for l in range(LANES):
+        part[l] = 0
+    for i in range(nb):
+        for l in range(LANES):
+            d = x[i * LANES + l] - m
+            part[l] += d * d
+        if i % FLUSH == FLUSH - 1:
+            for l in range(LANES):
+                total += part[l]
+                part[l] = 0
+    for l in range(LANES):
+        total += part[l]
+    for i in range(nb * LANES, n):
+        d = x[i] - m
+        total += d * d
+    return total
+
+
+cdef double _sum_abs(const float *x, Py_ssize_t n) noexcept nogil:
+    """sum(|x|)"""
+    cdef float part[LANES]
+    cdef float v
+    cdef double total = 0
+    cdef Py_ssize_t i, nb = n // LANES
+    cdef int l
+    for l in range(LANES):
+        part[l] = 0
+    for i in range(nb):
+        for l in range(LANES):
+            v = x[i * LANES + l]
+            part[l] += v if v >= 0 else -v
+        if i % FLUSH == FLUSH - 1:
+            for l in range(LANES):
+                total += part[l]
+                part[l] = 0
+    for l in range(LANES):
+        total += part[l]
+    for i in range(nb * LANES, n):
+        v = x[i]
+        total += v if v >= 0 else -v
+    return total
+
+
+cdef float _row_max(const float *x, Py_ssize_t n) noexcept nogil:
+    cdef float part[LANES]
+    cdef float m = x[0], v
+    cdef Py_ssize_t i, nb = n // LANES
+    cdef int l
+    if nb > 0:
+        for l in range(LANES):
+            part[l] = x[l]
+        for i in range(1, nb):
+            for l in range(LANES):
+                v = x[i * LANES + l]
+                part[l] = v if v > part[l] else part[l]
+        for l in range(LANES):
+            m = part[l] if part[l] > m else m
+    for i in range(nb * LANES, n):
+        m = x[i] if x[i] > m else m
+    return m
+
+
+cdef double _sum_exp(const float *x, Py_ssize_t n, float m) noexcept nogil:
+    """sum(exp(x - m))"""
+    cdef float part[LANES]
+    cdef double total = 0
+    cdef Py_ssize_t i, nb = n // LANES
+    cdef int l
+    for l in range(LANES):
+        part[l] = 0
+    for i in range(nb):
+        for l in range(LANES):
+            part[l] += exp_fp32(x[i * LANES + l] - m)
+        if i % FLUSH == FLUSH - 1:
+            for l in range(LANES):
+                total += part[l]
+                part[l] = 0
+    for l in range(LANES):
+        total += part[l]
+    for i in range(nb * LANES, n):
+        total += exp_fp32(x[i] - m)
+    return total
+
+
+cdef void _expand(const float *src, const Py_ssize_t *dims, const Py_ssize_t *strides, int ndim,
+                  float *dst) noexcept nogil:
+    """dst (contiguous, shape dims) = src read with element strides (0 on broadcast dims)."""
+    cdef Py_ssize_t idx[MAX_DIMS]
+    cdef Py_ssize_t total = 1, i, off = 0
+    cdef int d
+    for d in range(ndim):
+        idx[d] = 0
+        total *= dims[d]
+    for i in range(total):
+        dst[i] = src[off]
+        d = ndim - 1
+        while d >= 0:
+            idx[d] += 1
+            off += strides[d]
+            if idx[d] < dims[d]:
+                break
+            off -= idx[d] * strides[d]
+            idx[d] = 0
+            d -= 1
+
+
+cdef int _check_expand(dims, strides) except -1:
+    if len(dims) > MAX_DIMS or len(strides) != len(dims):
+        raise ValueError(f"expand dims {dims}, strides {strides}: expected equal lengths "
+                         f"<= {MAX_DIMS}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# Row normalisation: LayerNormalization, RMSNormalization, InstanceNormalization and
+# GroupNormalization on NDARRAY.  x is (rows, n); row r, element i has
+#     y = (x - mean_r) * invstd_r * scale[k] + bias[k],  k = (r % scale_rows) * segs + i // seg
+# with n = segs * seg.  LayerNorm: scale_rows 1, seg 1 (scale per element); InstanceNorm:
+# scale_rows C, segs 1 (one value per plane); GroupNorm-21: scale_rows G, segs C/G, seg S.
+
+cdef struct RowNormArgs:
+    const float *x
+    float *y
+    float *mean                 # per row, or NULL
+    float *invstd               # per row, or NULL
+    const float *scale
+    const float *bias           # NULL: no bias
+    Py_ssize_t rows
+    Py_ssize_t n
+    Py_ssize_t scale_rows
+    Py_ssize_t segs
+    Py_ssize_t seg
+    float epsilon
+    bint rms                    # RMSNormalization: no mean is subtracted
+    # Scale and bias given with broadcast strides: each thread expands them to n values in
+    # its scratch (2 * n floats at scratch + tid * 2 * n) before its rows.
+    float *scratch
+    int ndim
+    Py_ssize_t dims[MAX_DIMS]
+    Py_ssize_t scale_strides[MAX_DIMS]
+    Py_ssize_t bias_strides[MAX_DIMS]
+
+
+cdef void _row_norm(const RowNormArgs *a, Py_ssize_t r, const float *scale,
+                    const float *bias) noexcept nogil:
+    cdef const float *x = a.x + r * a.n
+    cdef float *y = a.y + r * a.n
+    cdef Py_ssize_t n = a.n, seg = a.seg, i, k, base
+    cdef float m = 0, inv, s, b, one = 1
+    cdef double var
+    if not a.rms:
+        m = <float>(_sum(x, n) / n)
+    var = _sum_sq_dev(x, n, m) / n
+    inv = one / sqrtf(<float>var + a.epsilon)
+    if a.mean != NULL:
+        a.mean[r] = m
+    if a.invstd != NULL:
+        a.invstd[r] = inv
+    base = (r % a.scale_rows) * a.segs
+    if seg == 1:
+        scale = scale + base
+        if bias != NULL:
+            bias = bias + base
+            for i in range(n):
+                y[i] = (x[i] - m) * inv * scale[i] + bias[i]
+        else:
+            for i in range(n):
+                y[i] = (x[i] - m) * inv * scale[i]
+    else:
+        for k in range(a.segs):
+            s = scale[base + k] * inv
+            b = bias[base + k] if bias != NULL else 0
+            for i in range(k * seg, (k + 1) * seg):
+                y[i] = (x[i] - m) * s + b
+
+
+cdef void _row_norm_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const RowNormArgs *a = <const RowNormArgs *>p
+    cdef const float *scale = a.scale
+    cdef const float *bias = a.bias
+    cdef float *buf
+    cdef Py_ssize_t r0, r1, r
+    ppl_partition(a.rows, tid, nthreads, &r0, &r1)
+    if r0 >= r1:
+        return
+    if a.scratch != NULL:
+        buf = a.scratch + tid * 2 * a.n
+        _expand(a.scale, a.dims, a.scale_strides, a.ndim, buf)
+        scale = buf
+        if a.bias != NULL:
+            _expand(a.bias, a.dims, a.bias_strides, a.ndim, buf + a.n)
+            bias = buf + a.n
+    for r in range(r0, r1):
+        _row_norm(a, r, scale, bias)
+
+
+def make_row_norm_step(size_t x, size_t y, size_t mean, size_t invstd, size_t scale,
+                       size_t bias, Py_ssize_t rows, Py_ssize_t n, Py_ssize_t scale_rows,
+                       Py_ssize_t segs, Py_ssize_t seg, float epsilon, bint rms,
+                       int num_threads, expand=None, keep=None):
+    """Step of y = (x - mean) * invstd * scale + bias over rows of n elements (see above).
+
+    ``mean``, ``invstd``, ``bias``: 0 when absent.  ``expand``: None, or (dims, scale strides,
+    bias strides) in elements when scale and bias are read broadcast to the n values of a
+    row (scale_rows 1, seg 1); ``keep``: objects the addresses point into."""
+    cdef Step step
+    cdef RowNormArgs *a
+    cdef float[:, ::1] scratch
+    cdef int d
+    if x == 0 or y == 0 or scale == 0:
+        raise ValueError("x, y and scale must be given")
+    if rows < 0 or n < 1 or scale_rows < 1 or segs < 1 or seg < 1 or segs * seg != n:
+        raise ValueError(f"rows {rows}, n {n}, scale_rows {scale_rows}, segs {segs}, seg {seg}: "
+                         "expected rows >= 0 and n = segs * seg >= 1")
+    if expand is not None:
+        _check_expand(expand[0], expand[1])
+        _check_expand(expand[0], expand[2])
+        if seg != 1 or scale_rows != 1 or int(np.prod(expand[0])) != n:
+            raise ValueError(f"expand {expand}: only for scale per element of a row of {n}")
+        scratch_array = np.empty((max(1, num_threads), 2 * n), np.float32)
+        scratch = scratch_array
+        keep = (keep, scratch_array)
+    step = new_step(_row_norm_step, sizeof(RowNormArgs), rows > 1 and rows * n > GRAIN, keep)
+    a = <RowNormArgs *>step.args
+    a.x = <const float *>x
+    a.y = <float *>y
+    a.mean = <float *>mean
+    a.invstd = <float *>invstd
+    a.scale = <const float *>scale
+    a.bias = <const float *>bias
+    a.rows = rows
+    a.n = n
+    a.scale_rows = scale_rows
+    a.segs = segs
+    a.seg = seg
+    a.epsilon = epsilon
+    a.rms = rms
+    a.scratch = NULL
+    if expand is not None:
+        a.scratch = &scratch[0, 0]
+        a.ndim = len(expand[0])
+        for d in range(a.ndim):
+            a.dims[d] = expand[0][d]
+            a.scale_strides[d] = expand[1][d]
+            a.bias_strides[d] = expand[2][d]
+    return step
+
+
+def _address(array):
+    return 0 if array is None else array.__array_interface__["data"][0]
+
+
+def row_norm_fp32(x, y, mean, invstd, scale, bias, Py_ssize_t scale_rows, Py_ssize_t segs,
+                  Py_ssize_t seg, float epsilon, bint rms, int num_threads, expand=None):
+    """Test wrapper: run make_row_norm_step on contiguous float32 arrays x, y (rows, n)."""
+    arrays = [a for a in (x, y, mean, invstd, scale, bias) if a is not None]
+    for a in arrays:
+        if a.dtype != np.float32 or not a.flags.c_contiguous:
+            raise ValueError("expected C-contiguous float32 arrays")
+    if x.shape != y.shape or x.ndim != 2:
+        raise ValueError(f"x {x.shape}, y {y.shape}: expected equal 2-D shapes")
+    if x.size == 0:
+        return
+    run_steps([make_row_norm_step(_address(x), _address(y), _address(mean), _address(invstd),
+                                  _address(scale), _address(bias), x.shape[0], x.shape[1],
+                                  scale_rows, segs, seg, epsilon, rms, num_threads, expand,
+                                  arrays)], num_threads)
+
+
+# ---------------------------------------------------------------------------------------
+# InstanceNormalization on N16CX: x is (N * C/16, S, 16); one item is the 16 channels of a
+# block of one image, statistics per lane over S.  Zero padding lanes stay finite (their
+# scale and bias are 0, so they stay 0).
+
+cdef struct BlockedNormArgs:
+    const float *x
+    float *y
+    const float *scale          # padded to blocks * 16
+    const float *bias
+    Py_ssize_t items
+    Py_ssize_t blocks
+    Py_ssize_t S
+    float epsilon
+
+
+cdef void _blocked_norm_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const BlockedNormArgs *a = <const BlockedNormArgs *>p
+    cdef Py_ssize_t i0, i1, it, i, S = a.S, cb
+    cdef const float *x
+    cdef float *y
+    cdef float part[LANES]
+    cdef double total[LANES]
+    cdef float m[LANES]
+    cdef float s[LANES]
+    cdef float b[LANES]
+    cdef float d, one = 1
+    cdef int l
+    ppl_partition(a.items, tid, nthreads, &i0, &i1)
+    for it in range(i0, i1):
+        x = a.x + it * S * LANES
+        y = a.y + it * S * LANES
+        cb = it % a.blocks
+        for l in range(LANES):
+            part[l] = 0
+            total[l] = 0
+        for i in range(S):
+            for l in range(LANES):
+                part[l] += x[i * LANES + l]
+            if i % FLUSH == FLUSH - 1:
+                for l in range(LANES):
+                    total[l] += part[l]
+                    part[l] = 0
+        for l in range(LANES):
+            m[l] = <float>((total[l] + part[l]) / S)
+            part[l] = 0
+            total[l] = 0
+        for i in range(S):
+            for l in range(LANES):
+                d = x[i * LANES + l] - m[l]
+                part[l] += d * d
+            if i % FLUSH == FLUSH - 1:
+                for l in range(LANES):
+                    total[l] += part[l]
+                    part[l] = 0
+        for l in range(LANES):
+            s[l] = a.scale[cb * LANES + l] * (one / sqrtf(<float>((total[l] + part[l]) / S)
+                                                          + a.epsilon))
+            b[l] = a.bias[cb * LANES + l]
+        for i in range(S):
+            for l in range(LANES):
+                y[i * LANES + l] = (x[i * LANES + l] - m[l]) * s[l] + b[l]
+
+
+def make_blocked_norm_step(size_t x, size_t y, size_t scale, size_t bias, Py_ssize_t N,
+                           Py_ssize_t blocks, Py_ssize_t S, float epsilon, keep=None):
+    """Step of InstanceNormalization on N16CX x, y (N, blocks, S, 16); scale and bias padded
+    with zeros to blocks * 16 values."""
+    cdef Step step
+    cdef BlockedNormArgs *a
+    if x == 0 or y == 0 or scale == 0 or bias == 0:
+        raise ValueError("x, y, scale and bias must be given")
+    if N < 0 or blocks < 1 or S < 1:
+        raise ValueError(f"N {N}, blocks {blocks}, S {S}: expected N >= 0, blocks, S >= 1")
+    step = new_step(_blocked_norm_step, sizeof(BlockedNormArgs),
+                    N * blocks > 1 and N * blocks * S * LANES > GRAIN, keep)
+    a = <BlockedNormArgs *>step.args
+    a.x = <const float *>x
+    a.y = <float *>y
+    a.scale = <const float *>scale
+    a.bias = <const float *>bias
+    a.items = N * blocks
+    a.blocks = blocks
+    a.S = S
+    a.epsilon = epsilon
+    return step
+
+
+def blocked_norm_fp32(x, y, scale, bias, float epsilon, int num_threads):
+    """Test wrapper: InstanceNormalization of N16CX arrays x, y (N, C/16, S, 16)."""
+    for a in (x, y, scale, bias):
+        if a.dtype != np.float32 or not a.flags.c_contiguous:
+            raise ValueError("expected C-contiguous float32 arrays")
+    if x.shape != y.shape or x.ndim != 4 or x.shape[3] != LANES:
+        raise ValueError(f"x {x.shape}, y {y.shape}: expected equal (N, C/16, S, 16)")
+    if scale.size != x.shape[1] * LANES or bias.size != scale.size:
+        raise ValueError(f"scale {scale.shape}, bias {bias.shape}: expected {x.shape[1] * 16}")
+    if x.size == 0:
+        return
+    run_steps([make_blocked_norm_step(_address(x), _address(y), _address(scale),
+                                      _address(bias), x.shape[0], x.shape[1], x.shape[2],
+                                      epsilon, (x, y, scale, bias))], num_threads)
+
+
+# ---------------------------------------------------------------------------------------
+# MeanVarianceNormalization over any set of axes: y = (x - mean) / (std + 1e-9), statistics
+# over the reduced axes for each index of the kept ones.  kept[k] is the offset of kept
+# index k; the reduced elements of it are the runs x[kept[k] + red[j] : ... + run].
+
+cdef struct MvnArgs:
+    const float *x
+    float *y
+    const int64_t *kept
+    Py_ssize_t nkept
+    const int64_t *red
+    Py_ssize_t nred
+    Py_ssize_t run
+
+
+cdef void _mvn_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const MvnArgs *a = <const MvnArgs *>p
+    cdef Py_ssize_t k0, k1, k, j, i, run = a.run
+    cdef Py_ssize_t count = a.nred * a.run
+    cdef const float *x
+    cdef float *y
+    cdef double total
+    cdef float m, d, eps = 1e-9
+    ppl_partition(a.nkept, tid, nthreads, &k0, &k1)
+    for k in range(k0, k1):
+        total = 0
+        for j in range(a.nred):
+            total += _sum(a.x + a.kept[k] + a.red[j], run)
+        m = <float>(total / count)
+        total = 0
+        for j in range(a.nred):
+            total += _sum_sq_dev(a.x + a.kept[k] + a.red[j], run, m)
+        d = sqrtf(<float>(total / count)) + eps
+        for j in range(a.nred):
+            x = a.x + a.kept[k] + a.red[j]
+            y = a.y + a.kept[k] + a.red[j]
+            for i in range(run):
+                y[i] = (x[i] - m) / d
+
+
+def make_mvn_step(size_t x, size_t y, const int64_t[::1] kept, const int64_t[::1] red,
+                  Py_ssize_t run, Py_ssize_t size, keep=None):
+    """Step of MeanVarianceNormalization; offsets in elements, ``size`` the element count of
+    x (every offset + run is checked against it)."""
+    cdef Step step
+    cdef MvnArgs *a
+    if x == 0 or y == 0:
+        raise ValueError("x and y must be given")
+    if kept.shape[0] < 1 or red.shape[0] < 1 or run < 1:
+        raise ValueError("kept, red must not be empty and run >= 1")
+    kept_array, red_array = np.asarray(kept), np.asarray(red)
+    if (kept_array.min() < 0 or red_array.min() < 0
+            or kept_array.max() + red_array.max() + run > size):
+        raise ValueError(f"offsets reach past the {size} elements of x")
+    step = new_step(_mvn_step, sizeof(MvnArgs),
+                    kept.shape[0] > 1 and kept.shape[0] * red.shape[0] * run > GRAIN,
+                    (keep, kept, red))
+    a = <MvnArgs *>step.args
+    a.x = <const float *>x
+    a.y = <float *>y
+    a.kept = &kept[0]
+    a.nkept = kept.shape[0]
+    a.red = &red[0]
+    a.nred = red.shape[0]
+    a.run = run
+    return step
+
+
+def mvn_offsets(shape, axes):
+    """(kept offsets, reduced offsets, run) of MeanVarianceNormalization over ``axes``
+    (non-negative, sorted, distinct) of a C-contiguous array of ``shape``."""
+    shape = tuple(int(d) for d in shape)
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    axes = set(axes)
+    run = 1
+    inner = len(shape)
+    # The trailing reduced axes form contiguous runs.
+    while inner > 0 and (inner - 1) in axes:
+        inner -= 1
+        run *= shape[inner]
+
+    def offsets(dims):
+        out = np.zeros(1, np.int64)
+        for i in dims:
+            out = (out[:, None] + np.arange(shape[i], dtype=np.int64) * strides[i]).reshape(-1)
+        return out
+
+    kept = offsets([i for i in range(len(shape)) if i not in axes])
+    red = offsets([i for i in range(inner) if i in axes])
+    return kept, red, run
+
+
+def mvn_fp32(x, y, axes, int num_threads):
+    """Test wrapper: MeanVarianceNormalization of contiguous float32 x into y."""
+    if x.dtype != np.float32 or y.dtype != np.float32 or x.shape != y.shape \
+            or not x.flags.c_contiguous or not y.flags.c_contiguous:
+        raise ValueError("expected equal C-contiguous float32 arrays")
+    if x.size == 0:
+        return
+    kept, red, run = mvn_offsets(x.shape, axes)
+    run_steps([make_mvn_step(_address(x), _address(y), kept, red, run, x.size, (x, y))],
+              num_threads)
+
+
+# ---------------------------------------------------------------------------------------
+# LogSoftmax, Hardmax and LpNormalization along the middle axis of (outer, n, inner).
+# inner == 1 works along contiguous rows; otherwise a tile of up to TILE columns is reduced
+# together, the loop over columns being the contiguous, vectorised one.  Items are
+# (outer index, column tile) pairs.
+
+cdef struct AxisArgs:
+    const float *x
+    float *y
+    Py_ssize_t outer
+    Py_ssize_t n
+    Py_ssize_t inner
+    Py_ssize_t tiles            # column tiles per outer index
+    int kind
+
+
+cdef void _axis_row(const float *x, float *y, Py_ssize_t n, int kind) noexcept nogil:
+    cdef float m, d, s, zero = 0, one = 1
+    cdef Py_ssize_t i, best
+    if kind == AXIS_LOG_SOFTMAX:
+        m = _row_max(x, n)
+        d = logf(<float>_sum_exp(x, n, m))
+        for i in range(n):
+            y[i] = (x[i] - m) - d    # x - m first: it is exact near the maximum
+    elif kind == AXIS_HARDMAX:
+        best = 0
+        for i in range(1, n):
+            if x[i] > x[best]:
+                best = i
+        memset(y, 0, n * sizeof(float))
+        y[best] = one
+    else:
+        if kind == AXIS_L1:
+            s = <float>_sum_abs(x, n)
+        else:
+            s = sqrtf(<float>_sum_sq_dev(x, n, zero))
+        if s == 0:
+            memset(y, 0, n * sizeof(float))
+        else:
+            for i in range(n):
+                y[i] = x[i] / s
+
+
+cdef void _axis_columns(const float *x, float *y, Py_ssize_t n, Py_ssize_t inner,
+                        Py_ssize_t w, int kind) noexcept nogil:
+    """The op of w <= TILE columns, x[k * inner + j] for k < n, j < w."""
+    cdef float m[TILE]
+    cdef float s[TILE]
+    cdef float best[TILE]
+    cdef float v, zero = 0, one = 1
+    cdef Py_ssize_t k, j
+    if kind == AXIS_LOG_SOFTMAX or kind == AXIS_HARDMAX:
+        for j in range(w):
+            m[j] = x[j]
+            s[j] = 0
+            best[j] = 0
+        for k in range(1, n):
+            for j in range(w):
+                v = x[k * inner + j]
+                best[j] = <float>k if v > m[j] else best[j]
+                m[j] = v if v > m[j] else m[j]
+        if kind == AXIS_HARDMAX:
+            for k in range(n):
+                for j in range(w):
+                    y[k * inner + j] = one if best[j] == <float>k else zero
+            return
+        for k in range(n):
+            for j in range(w):
+                s[j] += exp_fp32(x[k * inner + j] - m[j])
+        for j in range(w):
+            s[j] = logf(s[j])
+        for k in range(n):
+            for j in range(w):
+                y[k * inner + j] = (x[k * inner + j] - m[j]) - s[j]
+        return
+    for j in range(w):
+        s[j] = 0
+    for k in range(n):
+        for j in range(w):
+            v = x[k * inner + j]
+            s[j] += (v if v >= 0 else -v) if kind == AXIS_L1 else v * v
+    if kind == AXIS_L2:
+        for j in range(w):
+            s[j] = sqrtf(s[j])
+    for k in range(n):
+        for j in range(w):
+            # 0 / 0 is 0 here, as in onnx's reference.
+            y[k * inner + j] = x[k * inner + j] / s[j] if s[j] != 0 else zero
+
+
+cdef void _axis_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const AxisArgs *a = <const AxisArgs *>p
+    cdef Py_ssize_t i0, i1, it, o, j, off, n = a.n, inner = a.inner
+    ppl_partition(a.outer * a.tiles, tid, nthreads, &i0, &i1)
+    for it in range(i0, i1):
+        o = it // a.tiles
+        if inner == 1:
+            _axis_row(a.x + o * n, a.y + o * n, n, a.kind)
+        else:
+            j = (it % a.tiles) * TILE
+            off = o * n * inner + j
+            _axis_columns(a.x + off, a.y + off, n, inner, min(<Py_ssize_t>TILE, inner - j),
+                          a.kind)
+
+
+_AXIS_KINDS = {"log_softmax": AXIS_LOG_SOFTMAX, "hardmax": AXIS_HARDMAX, "l1": AXIS_L1,
+               "l2": AXIS_L2}
+
+
+def make_axis_step(size_t x, size_t y, Py_ssize_t outer, Py_ssize_t n, Py_ssize_t inner,
+                   str kind, keep=None):
+    """Step of ``kind`` (log_softmax, hardmax, l1, l2) along axis 1 of (outer, n, inner):
+    log_softmax y = x - max - log(sum(exp(x - max))); hardmax y = onehot(first argmax);
+    l1 / l2 y = x / ||x||_p (0 where the norm is 0)."""
+    cdef Step step
+    cdef AxisArgs *a
+    if kind not in _AXIS_KINDS:
+        raise ValueError(f"kind {kind!r}: expected one of {sorted(_AXIS_KINDS)}")
+    if x == 0 or y == 0:
+        raise ValueError("x and y must be given")
+    if outer < 0 or n < 1 or inner < 1:
+        raise ValueError(f"(outer, n, inner) = {(outer, n, inner)}: expected n, inner >= 1")
+    step = new_step(_axis_step, sizeof(AxisArgs), outer * n * inner > GRAIN, keep)
+    a = <AxisArgs *>step.args
+    a.x = <const float *>x
+    a.y = <float *>y
+    a.outer = outer
+    a.n = n
+    a.inner = inner
+    a.tiles = 1 if inner == 1 else ceil_div(inner, TILE)
+    a.kind = _AXIS_KINDS[kind]
+    return step
+
+
+def axis_fp32(x, y, str kind, int num_threads):
+    """Test wrapper: ``kind`` along axis 1 of contiguous float32 x, y (outer, n, inner)."""
+    if x.dtype != np.float32 or y.dtype != np.float32 or x.shape != y.shape or x.ndim != 3 \
+            or not x.flags.c_contiguous or not y.flags.c_contiguous:
+        raise ValueError("expected equal C-contiguous float32 arrays (outer, n, inner)")
+    if x.size == 0:
+        return
+    run_steps([make_axis_step(_address(x), _address(y), x.shape[0], x.shape[1], x.shape[2],
+                              kind, (x, y))], num_threads)

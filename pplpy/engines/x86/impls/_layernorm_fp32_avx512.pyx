@@ -1,0 +1,1 @@
+include "_layernorm_fp32.pxi"

@@ -1,0 +1,2 @@
+# Reduction kernels, avx512 build: the body is _reduce_fp32.pxi.
+include "_reduce_fp32.pxi"
