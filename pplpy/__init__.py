@@ -14,34 +14,49 @@ from pplpy.common.tensor_shape import TensorShape
 from pplpy.engines.x86.engine import X86Engine
 from pplpy.errors import (
     InputError,
+    InternalError,
     ModelError,
+    PluginError,
     PplError,
     RegistryError,
     ShapeError,
     UnsupportedOpError,
 )
 from pplpy.runtime import Runtime, RuntimeBuilder, Tensor
+from pplpy.session import (
+    ExecutionMode,
+    GraphOptimizationLevel,
+    InferenceSession,
+    NodeArg,
+    SessionOptions,
+    get_available_providers,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DataFormat", "DataType", "InputError", "ModelError", "PplError", "RegistryError",
-    "Runtime", "RuntimeBuilder", "ShapeError", "Tensor", "TensorShape", "UnsupportedOpError",
-    "X86Engine", "load",
+    "DataFormat", "DataType", "ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "InputError", "InternalError", "ModelError",
+    "NodeArg", "PluginError", "PplError", "RegistryError", "Runtime", "RuntimeBuilder",
+    "SessionOptions", "ShapeError", "Tensor", "TensorShape", "UnsupportedOpError", "X86Engine",
+    "get_available_providers", "load",
 ]
 
 
 def load(path, num_threads=None, max_isa=None, in_shapes=None, pipeline=None, fusion=True,
-         plan_cache_size=8):
+         plan_cache_size=8, cast_to_float32=False):
     """Parse, optimise and build the ONNX model at ``path``; return a ready Runtime.
 
     ``num_threads`` is the runtime's thread team (default: the machine's physical cores);
     ``max_isa`` caps the kernels' ISA ("avx512", "fma" or "sse"); ``in_shapes`` fixes free
     input dims at load (others stay symbolic: each new input shape gets a plan, and the last
     ``plan_cache_size`` plans are kept); ``fusion=False`` keeps activations as their own
-    steps; ``pipeline`` replaces the graph-rewrite passes (a list or a YAML file's entries).
+    steps; ``pipeline`` replaces the graph-rewrite passes (a list or a YAML file's entries);
+    ``cast_to_float32=True`` casts float64 / float16 inputs and weights to float32 at load
+    (without it they are a ModelError: pplpy computes in float32 and never casts silently).
+    ``path`` may also be the model's bytes.  Raises only PplError subclasses.
     """
     engine = X86Engine(max_isa=max_isa, num_threads=num_threads, fusion=fusion)
     builder = RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
-                                       pipeline=pipeline, plan_cache_size=plan_cache_size)
+                                       pipeline=pipeline, plan_cache_size=plan_cache_size,
+                                       cast_to_float32=cast_to_float32)
     return builder.create_runtime()

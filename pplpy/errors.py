@@ -1,5 +1,21 @@
 """pplpy's exceptions.  Every failure a user can cause ends in one of these, with a message
-that names what was wrong and what to do about it."""
+that names what was wrong and what to do about it (see docs/errors.md).
+
+    PplError
+      ModelError           the model file or graph is invalid (names node/op/attribute/input)
+      UnsupportedOpError   no parser, opset range, type or kernel for some nodes
+      ShapeError           shape inference failed (node, op, input shapes)
+      InputError           a run() feed is wrong (input, expected, given)
+      RegistryError        an op or parser registration is wrong (what to fix)
+      PluginError          a plugin's code raised (node, plugin package, original error)
+      InternalError        a bug in pplpy itself: please report it with the traceback
+
+``pplpy.load``, ``RuntimeBuilder``, ``Runtime.run`` and ``InferenceSession`` raise nothing
+else: a Python built-in exception from inside is wrapped (see ``guard``), the original kept
+as ``__cause__``.
+"""
+
+import contextlib
 
 
 class PplError(Exception):
@@ -32,4 +48,81 @@ class InputError(PplError):
 
 
 class RegistryError(PplError):
-    """A registration conflicts with an existing one (duplicate key or overlapping versions)."""
+    """A registration is wrong: duplicate key, overlapping versions, a param class that is not
+    a dataclass, an op context that is not an X86OptKernel, a built-in replaced without
+    ``override=True``."""
+
+
+class PluginError(PplError):
+    """Code from a plugin package (an op context's inference, a kernel) raised an exception.
+
+    ``node`` is the node's name, ``plugin`` the top-level package of the code that raised;
+    the original exception is ``__cause__``."""
+
+    def __init__(self, message, node=None, plugin=None):
+        super().__init__(message)
+        self.node = node
+        self.plugin = plugin
+
+
+class InternalError(PplError):
+    """pplpy itself failed where it should not have; the original exception is
+    ``__cause__``.  Please report it with the traceback (``pplnn --debug`` prints it)."""
+
+
+# -- wrapping foreign exceptions -----------------------------------------------------------
+
+
+def _is_pplpy_module(module):
+    return module == "pplpy" or module.startswith("pplpy.")
+
+
+def _culprit(exc):
+    """(node, plugin package) of the innermost frame of ``exc`` that runs a method of an op
+    context or kernel (any object with a ``node`` that has ``describe``); plugin is None when
+    that code is pplpy's own."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        owner = frame.f_locals.get("self")
+        node = getattr(owner, "node", None)
+        if node is not None and hasattr(node, "describe"):
+            module = frame.f_globals.get("__name__", "")
+            plugin = None if _is_pplpy_module(module) else module.split(".")[0]
+            if found is None or plugin is not None:
+                found = (node, plugin)
+        tb = tb.tb_next
+    return found
+
+
+def wrap_exception(exc, memory_error=None, where="pplpy"):
+    """The PplError to raise for a non-pplpy exception ``exc``.
+
+    Raised by a plugin's code -> PluginError naming the node and the package; MemoryError
+    -> ``memory_error`` (a PplError class) when given; anything else -> InternalError (with
+    the node when one is on the stack)."""
+    culprit = _culprit(exc)
+    detail = f"{type(exc).__name__}: {exc}"
+    if culprit is not None and culprit[1] is not None:
+        node, plugin = culprit
+        return PluginError(f"{node.describe()}: plugin {plugin!r} raised {detail}",
+                           node=node.name, plugin=plugin)
+    if isinstance(exc, MemoryError) and memory_error is not None:
+        return memory_error(f"{where}: out of memory ({detail or 'MemoryError'}); "
+                            f"check the model's and the inputs' shapes")
+    at = f" at {culprit[0].describe()}" if culprit is not None else ""
+    return InternalError(f"{where}: internal error{at}: {detail} (please report this with "
+                         f"the traceback)")
+
+
+@contextlib.contextmanager
+def guard(where, memory_error=None):
+    """Let PplErrors through; turn any other Exception into a PplError (see
+    ``wrap_exception``).  KeyboardInterrupt and SystemExit pass untouched."""
+    try:
+        yield
+    except PplError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the point of this guard
+        raise wrap_exception(exc, memory_error, where) from exc

@@ -50,6 +50,18 @@ EXCLUDES = {
        for v in ("1d", "1d_exclusive", "1d_reverse", "1d_reverse_exclusive", "2d_axis_0",
                  "2d_axis_1", "2d_negative_axis")},
 }
+# Element types pplpy has no tensors of: a model using them fails to load with a pplpy error.
+_NO_SUCH_TYPE = ("BFLOAT16", "FLOAT8", "INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+EXCLUDES.update({
+    name: "bfloat16, float8, float4, int4 and int2 tensors are not supported"
+    for name in (c.name for c in ALL_CASES if c.kind == "node")
+    if name.startswith(("test_cast_", "test_castlike_")) and any(t in name for t in _NO_SUCH_TYPE)
+})
+EXCLUDES.update({
+    "test_onehot_with_bfloat16_values": "bfloat16 tensors are not supported",
+    "test_range_bfloat16_type_positive_delta": "bfloat16 tensors are not supported",
+    "test_reversesequence_bfloat16": "bfloat16 tensors are not supported",
+})
 
 
 def _supported(model):
@@ -74,10 +86,17 @@ def test_cases_were_collected():
         assert expected in names
 
 
+def _array(value):
+    """A case's input or output as numpy (some cases, Cast's, store TensorProtos)."""
+    if isinstance(value, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(value)
+    return np.asarray(value)
+
+
 def _feeds(model, inputs):
     initializers = {i.name for i in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
-    return {name: np.asarray(value) for name, value in zip(names, inputs)}
+    return {name: _array(value) for name, value in zip(names, inputs)}
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -99,7 +118,7 @@ def test_conformance(case, isa, tmp_path):
         outputs = rt.run(_feeds(case.model, inputs))
         for name, want in zip(rt.output_names, expected):
             got = outputs[name]
-            want = np.asarray(want)
+            want = _array(want)
             assert got.dtype == want.dtype, name
             assert got.shape == want.shape, name
             np.testing.assert_allclose(got, want, rtol=case.rtol, atol=max(case.atol, 1e-6),

@@ -359,3 +359,156 @@ def test_tutorial_pplnn_options_exist():
     options = {opt for command in commands for opt in re.findall(r"--[\w-]+", command)}
     assert options, "the tutorial shows no pplnn command"
     assert options <= known, f"unknown pplnn options in docs/add_op.md: {options - known}"
+
+
+# -- isolation: a broken plugin, an override, the padding rule --------------------------------
+
+
+def _fake_site(root, name, module_source):
+    """A folder holding module ``<name>_mod`` and a dist-info declaring it as a pplpy plugin
+    (what pip would write), so subprocesses see it through importlib.metadata."""
+    site = root / f"site_{name}"
+    site.mkdir()
+    (site / f"{name}_mod.py").write_text(textwrap.dedent(module_source))
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{name} = {name}_mod\n")
+    return site
+
+
+RELU_MODEL_SCRIPT = """
+    import warnings
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+    import pplpy
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rt = pplpy.load(model.SerializeToString())
+    for w in caught:
+        print("WARNING", w.category.__name__, w.message)
+    print("OUT", rt.run({"x": np.array([-1, 2, -3, 4], np.float32)})["y"].tolist())
+"""
+
+
+def test_a_plugin_that_fails_to_import_is_a_warning(tmp_path):
+    site = _fake_site(tmp_path, "broken_ops", "raise ImportError('needs libfoo.so')\n")
+    result = run_python(["-c", textwrap.dedent(RELU_MODEL_SCRIPT)], cwd=tmp_path,
+                        extra_path=[site])
+    assert result.returncode == 0, result.stderr
+    assert ("WARNING PluginWarning pplpy plugin 'broken_ops' (broken_ops_mod) failed to import "
+            "and is skipped: ImportError: needs libfoo.so") in result.stdout
+    assert "OUT [0.0, 2.0, 0.0, 4.0]" in result.stdout  # models not needing it still load
+    listed = run_python(["-m", "pplpy.tools.pplnn", "--list-ops"], cwd=tmp_path,
+                        extra_path=[site])
+    assert listed.returncode == 0
+    assert "plugin broken_ops (broken_ops_mod) failed to import: ImportError" in listed.stdout
+
+
+OVERRIDE_SOURCE = """
+    import numpy as np
+    from pplpy import DataFormat
+    from pplpy.engines.x86 import X86Kernel, X86OptKernel, op
+    from pplpy.engines.x86.ops.canned import same_shape_as_input
+
+    class TimesTenKernel(X86Kernel):
+        def do_execute(self, ctx):
+            np.multiply(np.maximum(ctx.inputs[0], 0), 10, out=ctx.outputs[0])
+
+    @op("", "Relu", since=14, override={override})
+    class TenRelu(X86OptKernel):
+        infer_shape = same_shape_as_input
+
+        def create_kernel(self):
+            return TimesTenKernel(self)
+"""
+
+
+def test_a_plugin_overrides_a_builtin_only_with_override_true(tmp_path):
+    site = _fake_site(tmp_path, "override_ops", OVERRIDE_SOURCE.format(override=True))
+    result = run_python(["-c", textwrap.dedent(RELU_MODEL_SCRIPT)], cwd=tmp_path,
+                        extra_path=[site])
+    assert result.returncode == 0, result.stderr
+    assert "OUT [0.0, 20.0, 0.0, 40.0]" in result.stdout
+    listed = run_python(["-m", "pplpy.tools.pplnn", "--list-ops"], cwd=tmp_path,
+                        extra_path=[site])
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    assert ["ai.onnx", "Relu", "6-13", "pplpy", "ReluOp"] in rows
+    assert ["ai.onnx", "Relu", "14-28", "override_ops_mod", "TenRelu"] in rows
+    assert "ai.onnx::Relu opsets 14-28 from pplpy" in listed.stdout  # what it replaced
+
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    site = _fake_site(quiet, "sneaky_ops", OVERRIDE_SOURCE.format(override=False))
+    result = run_python(["-c", textwrap.dedent(RELU_MODEL_SCRIPT)], cwd=tmp_path,
+                        extra_path=[site])
+    assert "RegistryError" in result.stdout and "override=True" in result.stdout
+    assert "OUT [0.0, 2.0, 0.0, 4.0]" in result.stdout  # the built-in stays
+
+
+RECIPROCAL_SOURCE = """
+    import numpy as np
+    from pplpy import DataFormat
+    from pplpy.engines.x86 import X86Kernel, X86OptKernel, op
+    from pplpy.engines.x86.ops.canned import follow_input_format, same_shape_as_input
+
+    class ReciprocalKernel(X86Kernel):
+        def do_execute(self, ctx):
+            with np.errstate(divide="ignore"):
+                np.divide(1.0, ctx.inputs[0], out=ctx.outputs[0])
+
+    @op("com.example", "Recip", since=1)
+    class Recip(X86OptKernel):
+        formats = (DataFormat.NDARRAY, DataFormat.N16CX)
+        infer_shape = same_shape_as_input
+        select_format = follow_input_format   # would take N16CX: padding lanes 1/0 = inf
+
+        def create_kernel(self):
+            return ReciprocalKernel(self)
+"""
+
+
+def test_a_plugin_op_gets_ndarray_unless_it_keeps_padding_finite(tmp_path):
+    """1/x between two convolutions: without the declaration the engine hands it NDARRAY,
+    so N16CX's zero padding never reaches it and the answer is right (no NaN)."""
+    site = _fake_site(tmp_path, "recip_ops", RECIPROCAL_SOURCE)
+    script = textwrap.dedent("""
+        import numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+        from onnx.reference import ReferenceEvaluator
+        import pplpy
+
+        c = 20
+        rng = np.random.default_rng(0)
+        w1 = (rng.random((c, c, 1, 1)) + 0.5).astype(np.float32)
+        w2 = rng.standard_normal((4, c, 1, 1)).astype(np.float32)
+        nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="conv1"),
+                 helper.make_node("Recip", ["a"], ["b"], domain="com.example", name="recip"),
+                 helper.make_node("Conv", ["b", "w2"], ["y"], name="conv2")]
+        graph = helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 3, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                        helper.make_opsetid("com.example", 1)])
+        rt = pplpy.load(model.SerializeToString())
+        x = (rng.random((1, c, 3, 3)) + 0.5).astype(np.float32)
+        y = rt.run({"x": x})["y"]
+        a = np.einsum("oc,nchw->nohw", w1[:, :, 0, 0], x)
+        want = np.einsum("oc,nchw->nohw", w2[:, :, 0, 0], 1 / a)
+        np.testing.assert_allclose(y, want, rtol=1e-4)
+        (recip,) = [n for n in rt.graph.nodes if n.name == "recip"]
+        print(rt.formats["a"].name, rt.formats[recip.inputs[0]].name, rt.formats["b"].name,
+              np.isnan(y).any())
+    """)
+    result = run_python(["-c", script], cwd=tmp_path, extra_path=[site])
+    assert result.returncode == 0, result.stderr
+    # conv1 writes N16CX; a Reorder hands the plugin op NDARRAY.
+    assert result.stdout.split() == ["N16CX", "NDARRAY", "NDARRAY", "False"]

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx_builders import FLOAT, INT64, ISAS, make_model
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
@@ -189,16 +189,37 @@ def test_unsupported_op_error_lists_every_node(save_model):
     with pytest.raises(pplpy.UnsupportedOpError) as info:
         pplpy.load(save_model(model))
     message = str(info.value)
-    assert 'node "erf_node" (ai.onnx::Erf, opset 13)' in message
-    assert 'node "frob" (com.example::Frobnicate, opset 3)' in message
+    assert 'ai.onnx::Erf opset 13: 1 node(s) ("erf_node"): op not supported' in message
+    assert 'com.example::Frobnicate opset 3: 1 node(s) ("frob"): op not supported' in message
     assert [n[0] for n in info.value.nodes] == ["erf_node", "frob"]
 
 
-def test_unsupported_type_is_reported(save_model):
+def test_unsupported_ops_are_grouped_with_counts_and_say_what_is_missing(save_model):
+    nodes = [helper.make_node("Neg", [f"t{i}"], [f"t{i + 1}"], name=f"neg{i}")
+             for i in range(500)]
+    nodes.append(helper.make_node("Relu", ["t500"], ["y"], name="relu_at_5"))
+    model = make_model(nodes, [("t0", FLOAT, [4])], [("y", FLOAT, None)], opset=5)
+    with pytest.raises(pplpy.UnsupportedOpError) as info:
+        pplpy.load(save_model(model))
+    lines = str(info.value).splitlines()
+    assert len(lines) == 3, lines  # the header, one line per op: not 501 lines
+    assert 'ai.onnx::Neg opset 5: 500 node(s) ("neg0", "neg1", "neg2" and 497 more): op not ' \
+           'supported' in lines[1]
+    assert lines[2].startswith('  ai.onnx::Relu opset 5: 1 node(s) ("relu_at_5"): opset 5 not '
+                               'supported (supported opsets: 6-')
+    assert len(info.value.nodes) == 501
+
+
+def test_float64_is_refused_at_load_unless_cast(save_model):
     model = make_model([helper.make_node("Relu", ["x"], ["y"])],
                        [("x", onnx.TensorProto.DOUBLE, [4])], [("y", onnx.TensorProto.DOUBLE, None)])
-    with pytest.raises(pplpy.UnsupportedOpError, match="input type float64 is not supported"):
-        pplpy.load(save_model(model))
+    path = save_model(model)
+    with pytest.raises(pplpy.UnsupportedOpError,
+                       match='input "x" is float64.*cast_to_float32=True'):
+        pplpy.load(path)
+    rt = pplpy.load(path, cast_to_float32=True)
+    out = rt.run({"x": np.array([-1, 2, -3, 4], np.float32)})["y"]
+    np.testing.assert_array_equal(out, [0, 2, 0, 4])
 
 
 def test_shape_error_names_node_and_shapes(save_model):
@@ -230,7 +251,8 @@ def test_input_errors(save_model):
     with pytest.raises(pplpy.InputError,
                        match=r'input "x": expected float32 \[1,3,8,8\], got float16'):
         rt.run({"x": x.astype(np.float16)})
-    with pytest.raises(pplpy.InputError, match="expected shape"):
+    with pytest.raises(pplpy.InputError, match=r'input "x": expected rank 4 shape \[1,3,8,8\], '
+                                               r"got rank 3 shape \[1, 3, 8\]"):
         rt.run({"x": np.zeros((1, 3, 8), np.float32)})
     with pytest.raises(pplpy.InputError, match="expected shape"):
         rt.run({"x": np.zeros((2, 3, 8, 8), np.float32)})
@@ -281,3 +303,25 @@ def test_dispatch_info_without_arguments_lists_every_family():
     assert {"conv_fp32", "eltwise_fp32", "gemm_fp32"} <= set(info)
     assert set(info.values()) == {supported_isas()[0]}
     assert set(dispatch_info(max_isa="sse").values()) == {"sse"}
+
+
+def test_initializers_listed_as_inputs_are_overridable_defaults(save_model):
+    """ONNX IR: an initializer that is also a graph input is a default a feed may override;
+    the common unfed case keeps it constant (folded, packed)."""
+    w = np.arange(3, dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    rt = pplpy.load(save_model(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 13)])))
+    x = np.ones(3, np.float32)
+    assert rt.input_names == ["x"]
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], x + w)
+    np.testing.assert_array_equal(rt.run({"x": x, "w": np.full(3, 10, np.float32)})["y"],
+                                  [11, 11, 11])
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], x + w)
+    with pytest.raises(pplpy.InputError):
+        rt.run({"x": x, "w": np.ones(4, np.float32)})

@@ -135,6 +135,10 @@ class Graph:
         self.inputs = []  # ValueInfo of tensors fed at run time
         self.outputs = []  # ValueInfo of results
         self.value_info = {}  # name -> declared ValueInfo of intermediates
+        # Initializers the model also lists as inputs: defaults a feed may override.  Built
+        # as constants (the common case, folded and packed); see RuntimeBuilder.
+        self.overridable = {}  # name -> declared ValueInfo
+        self.defaults = {}  # input name -> default array, when built with them as inputs
         self.values = {}  # name -> Value
         self._nodes = {}  # Node -> None, in order (a dict: O(1) removal)
         self._node_names = set()

@@ -3,17 +3,27 @@
     from_onnx(path) --parse--> Graph --unsupported check--> PassManager (folding with the
     engine's kernels) --> engine.process (inference, formats, reorders, kernels) --> plan
     create_runtime() --> Runtime(plan)   (as many as you like; they share constant weights)
+
+Every failure is a PplError: a Python exception from inside (a plugin's shape function, a
+MemoryError while folding constants) is wrapped by ``pplpy.errors.guard``.
 """
+
+import threading
 
 import numpy as np
 
 from pplpy.engines.x86.engine import X86Engine
-from pplpy.errors import InputError, PplError, UnsupportedOpError
-from pplpy.models.onnx import load_model
+from pplpy.engines.x86.ops.declare import registered_ops
+from pplpy.errors import InputError, ModelError, PplError, UnsupportedOpError, guard
+from pplpy.models.onnx.model_parser import load_model_proto, parse_model
+from pplpy.models.onnx.registry import parser_entries
 from pplpy.optimizer import PassManager
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
-from pplpy.plugins import load_plugins
+from pplpy.plugins import failed_plugins, load_plugins
 from pplpy.runtime.runtime import DEFAULT_PLAN_CACHE_SIZE, Runtime
+
+# How many node names an UnsupportedOpError shows per op before "and N more".
+SHOWN_NODES = 3
 
 
 class RuntimeBuilder:
@@ -26,26 +36,56 @@ class RuntimeBuilder:
             raise PplError("pplpy ships one engine: pass engines=[pplpy.X86Engine(...)]")
         self.engine = self.engines[0]
         self.plan_cache_size = plan_cache_size
-        _check_supported(graph, unparsed, self.engine)
-        dims = _build_dims(graph, in_shapes)
-        self.pass_manager = PassManager(pipeline or DEFAULT_PIPELINE)
-        self.result = self.engine.process(graph, dims, self.pass_manager, on_pass)
+        with guard("building the model", memory_error=ModelError):
+            _check_supported(graph, unparsed, self.engine)
+            dims = _build_dims(graph, in_shapes)
+            self.pass_manager = PassManager(DEFAULT_PIPELINE if pipeline is None else pipeline)
+            self.result = self.engine.process(graph, dims, self.pass_manager, on_pass)
         self.graph = graph
+        self._rebuild = None  # from_onnx: builds the variant with overridable initializers
+        self._override = None
+        self._override_lock = threading.Lock()
 
     @classmethod
     def from_onnx(cls, path, engines=None, in_shapes=None, pipeline=None,
-                  plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, on_pass=None):
-        """Parse and build the ONNX model at ``path``.
+                  plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, on_pass=None, cast_to_float32=False):
+        """Parse and build the ONNX model at ``path`` (a file path, or the model's bytes).
 
         ``in_shapes`` fixes free input dims at load (a dict name -> dims, or a list in input
         order); inputs left free stay symbolic and each new shape a run feeds gets its own
         cached plan.  ``on_pass(name, state)`` is called after each engine pass (used by
-        ``pplnn --dump-graph``).
+        ``pplnn --dump-graph``).  ``cast_to_float32=True`` casts float64 / float16 inputs and
+        weights to float32 at load (inputs are then fed as float32); otherwise math on them
+        is an UnsupportedOpError.  Initializers the model also lists as inputs are defaults
+        that a feed may override (see ``override_builder``).
         """
         load_plugins()
-        graph, unparsed = load_model(path)
-        return cls(graph, unparsed, engines=engines, in_shapes=in_shapes, pipeline=pipeline,
-                   plan_cache_size=plan_cache_size, on_pass=on_pass)
+        with guard("reading the model", memory_error=ModelError):
+            graph, unparsed = parse_model(load_model_proto(path), cast_to_float32)
+        builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, pipeline=pipeline,
+                      plan_cache_size=plan_cache_size, on_pass=on_pass)
+        if graph.overridable:
+
+            def rebuild():
+                with guard("reading the model", memory_error=ModelError):
+                    variant, skipped = parse_model(load_model_proto(path), cast_to_float32,
+                                                   override_initializers=True)
+                return cls(variant, skipped, engines=engines, in_shapes=in_shapes,
+                           pipeline=pipeline, plan_cache_size=plan_cache_size)
+
+            builder._rebuild = rebuild
+        return builder
+
+    def override_builder(self):
+        """The builder of this model with its overridable initializers (initializers that are
+        also graph inputs) built as inputs, made on first use: a run that feeds one of them
+        runs there, without the folding and packing those values allow as constants."""
+        if self._rebuild is None:
+            return None
+        with self._override_lock:
+            if self._override is None:
+                self._override = self._rebuild()
+            return self._override
 
     @property
     def plan(self):
@@ -53,7 +93,8 @@ class RuntimeBuilder:
         return self.result
 
     def create_runtime(self):
-        return Runtime(self.result, self.plan_cache_size)
+        override = self.override_builder if self._rebuild is not None else None
+        return Runtime(self.result, self.plan_cache_size, override)
 
 
 def _check_supported(graph, unparsed, engine):
@@ -61,12 +102,46 @@ def _check_supported(graph, unparsed, engine):
     unparsed_ids = {id(n) for n in unparsed}
     bad = [n for n in graph.nodes if id(n) in unparsed_ids or not engine.supports(n)]
     if bad:
-        lines = [f"  {n.describe()}" for n in bad]
-        raise UnsupportedOpError(
-            f"{len(bad)} node(s) use ops pplpy does not support (see docs/supported_ops.md, or "
-            f"add them: docs/add_op.md):\n" + "\n".join(lines),
-            nodes=[(n.name, n.domain, n.op_type, n.opset) for n in bad],
-        )
+        raise UnsupportedOpError(unsupported_message(bad),
+                                 nodes=[(n.name, n.domain, n.op_type, n.opset) for n in bad])
+
+
+def _missing(domain, op_type, opset):
+    """What is missing for (domain, op_type) at ``opset``: the op, that opset, or a kernel."""
+    parsed = parser_entries(domain, op_type)
+    kernels = [(d, t, f, last) for d, t, f, last, _ in registered_ops()
+               if d == domain and t == op_type]
+    if not parsed and not kernels:
+        return "op not supported"
+    ranges = sorted({(e.first, e.last) for e in parsed} | {(f, last) for *_, f, last in kernels})
+    covered = ", ".join(f"{f}-{last}" if f != last else str(f) for f, last in ranges)
+    if any(e.first <= opset <= e.last for e in parsed):
+        return f"parsed, but no x86 kernel for opset {opset} (kernels: {covered or 'none'})"
+    return f"opset {opset} not supported (supported opsets: {covered})"
+
+
+def unsupported_message(nodes):
+    """The UnsupportedOpError text, built once: nodes grouped by (domain, op, opset), each
+    group with its count, its first node names and what is missing (op, opset or kernel);
+    plugins that failed to import are named, since they may have provided the op."""
+    groups = {}
+    for node in nodes:
+        groups.setdefault((node.domain, node.op_type, node.opset), []).append(node.name)
+    lines = [f"{len(nodes)} node(s) use ops pplpy does not support (see "
+             f"docs/supported_ops.md, pplnn --list-ops, or add them: docs/add_op.md):"]
+    for (domain, op_type, opset), names in groups.items():
+        shown = ", ".join(f'"{n}"' for n in names[:SHOWN_NODES])
+        more = f" and {len(names) - SHOWN_NODES} more" if len(names) > SHOWN_NODES else ""
+        subgraph = op_type in ("If", "Loop", "Scan")
+        why = "control flow (subgraphs) is not supported" if subgraph else _missing(
+            domain, op_type, opset)
+        lines.append(f"  {domain or 'ai.onnx'}::{op_type} opset {opset}: {len(names)} node(s) "
+                     f"({shown}{more}): {why}")
+    failed = failed_plugins()
+    if failed:
+        lines.append("  plugins that failed to import (they may provide these ops): "
+                     + "; ".join(f"{name}: {why}" for name, why in failed.items()))
+    return "\n".join(lines)
 
 
 def _build_dims(graph, in_shapes):

@@ -1,7 +1,24 @@
-"""Per-node timing of runs, summarised per node and per op type."""
+"""Per-step timing of runs: summaries per node and per op type, and Chrome trace events.
 
+    rt.profiler.enabled = True
+    rt.run(feeds)                      # each step timed (Plan.run_profiled)
+    rt.profiler.per_op_type()          # [(op type, nodes, mean ms, share)]
+    rt.profiler.save_trace("out.json") # open in https://ui.perfetto.dev or chrome://tracing
+
+A trace holds one complete event ("ph": "X") per step per run: name = op type, args = node
+name, input and output shapes with their formats, the kernel's class and algorithm.  Events
+of a run are laid end to end from the run's start (the plan runs its steps in order).
+"""
+
+import json
+import os
 import time
 from collections import defaultdict
+
+clock = time.perf_counter
+
+# Trace events kept at most (a long profiling loop must not grow without bound).
+MAX_TRACE_EVENTS = 1_000_000
 
 
 class Profiler:
@@ -10,14 +27,79 @@ class Profiler:
         self.runs = 0
         self.node_times = defaultdict(float)  # node name -> seconds over all runs
         self.node_types = {}
+        self.trace_events = []
+        self._origin = clock()
+        self._cursor = None  # microseconds since origin where the next step starts
+        self._plan = None
+        self._kernels = {}
 
     def reset(self):
         self.runs = 0
         self.node_times.clear()
+        self.trace_events.clear()
+        self._cursor = None
+
+    def begin_run(self, plan, kernels=None):
+        """Called by the Runtime before a profiled run of ``plan`` (an ExecutionPlan);
+        ``kernels`` maps nodes to kernels (for the kernel and algorithm in the trace)."""
+        self._plan = plan
+        self._kernels = kernels or {}
+        self._cursor = (clock() - self._origin) * 1e6
 
     def record(self, node, seconds):
         self.node_times[node.name] += seconds
         self.node_types[node.name] = node.op_type
+        if self._cursor is None:
+            self._cursor = (clock() - self._origin) * 1e6
+        duration = seconds * 1e6
+        if len(self.trace_events) < MAX_TRACE_EVENTS:
+            self.trace_events.append({
+                "name": node.op_type,
+                "cat": node.domain or "ai.onnx",
+                "ph": "X",
+                "ts": round(self._cursor, 3),
+                "dur": round(duration, 3),
+                "pid": os.getpid(),
+                "tid": 0,
+                "args": self._args(node),
+            })
+        self._cursor += duration
+
+    def _args(self, node):
+        args = {"node": node.name, "op_type": node.op_type}
+        plan = self._plan
+        shapes = getattr(plan, "tensor_shapes", None) or {}
+        graph = getattr(plan, "graph", None)
+
+        def describe(name):
+            ts = shapes.get(name)
+            if ts is not None:
+                return {"name": name, "type": str(ts.data_type), "shape": list(ts.dims),
+                        "format": ts.data_format.name}
+            record = graph.values.get(name) if graph is not None else None
+            fmt = record.format.name if record is not None and record.format else None
+            return {"name": name, "format": fmt}
+
+        args["inputs"] = [describe(n) for n in node.inputs if n]
+        args["outputs"] = [describe(n) for n in node.outputs if n]
+        kernel = self._kernels.get(node)
+        if kernel is not None:
+            args["kernel"] = type(kernel).__name__
+            algorithm = getattr(kernel, "algorithm", None)
+            if algorithm is not None:
+                args["algorithm"] = str(algorithm)
+        return args
+
+    def trace(self):
+        """The Chrome trace (a dict with ``traceEvents``) of the profiled runs so far."""
+        return {"traceEvents": list(self.trace_events), "displayTimeUnit": "ms",
+                "otherData": {"producer": "pplpy", "runs": self.runs}}
+
+    def save_trace(self, path):
+        """Write ``trace()`` as JSON to ``path``; returns the number of events."""
+        with open(path, "w") as f:
+            json.dump(self.trace(), f)
+        return len(self.trace_events)
 
     def per_node(self):
         """[(node, op type, mean ms per run)] slowest first."""
@@ -35,6 +117,3 @@ class Profiler:
         grand = sum(totals.values()) or 1.0
         rows = [(t, counts[t], s * 1e3 / runs, s / grand) for t, s in totals.items()]
         return sorted(rows, key=lambda r: -r[2])
-
-
-clock = time.perf_counter

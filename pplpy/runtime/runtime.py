@@ -8,6 +8,11 @@ Calls on one Runtime are serialised by a lock: a plan owns one arena, so two cal
 would share it.  For parallel serving make one Runtime per thread with
 ``RuntimeBuilder.create_runtime()``: they share the packed weights and run in parallel.
 Outputs are fresh arrays the caller owns; the next run does not touch them.
+
+Every failure is a PplError: bad feeds are an InputError naming the input, what was
+expected and what was given; an exception from a plugin's kernel is a PluginError naming the
+node and the package.  A failed run leaves the runtime as it was: the next good run is
+correct.
 """
 
 import threading
@@ -16,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pplpy.errors import InputError, PplError
+from pplpy.errors import InputError, PplError, guard
 from pplpy.runtime.plan import ExecutionPlan
 from pplpy.runtime.profiler import Profiler
 from pplpy.runtime.tensor import Tensor
@@ -25,7 +30,7 @@ DEFAULT_PLAN_CACHE_SIZE = 8
 
 
 class Runtime:
-    def __init__(self, result, plan_cache_size=DEFAULT_PLAN_CACHE_SIZE):
+    def __init__(self, result, plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, override=None):
         if int(plan_cache_size) < 1:
             raise PplError(f"plan_cache_size must be >= 1, got {plan_cache_size}")
         self._result = result
@@ -37,6 +42,11 @@ class Runtime:
         self._plans = OrderedDict()  # signature -> ExecutionPlan
         self._last = None
         self._lock = threading.Lock()
+        # Initializers the model also lists as inputs: a feed may override them, in a
+        # runtime of the builder's override variant (made on first use).
+        self._overridable = dict(result.graph.overridable) if override is not None else {}
+        self._override_builder = override
+        self._override_runtime = None
         self.plan_misses = 0
         # Feeds whose values decide shapes (a Reshape's shape given as a model input): their
         # values join the signature, so a new value makes a new plan.
@@ -110,12 +120,17 @@ class Runtime:
 
     # -- running -------------------------------------------------------------------------
 
-    def run(self, feeds):
-        """Run the model.  ``feeds`` maps input name -> numpy array; returns name -> array."""
+    def run(self, feeds, output_names=None):
+        """Run the model.  ``feeds`` maps input name -> numpy array; returns name -> array
+        (only ``output_names``, in that order, when given).  Initializers the model also
+        lists as inputs may be fed too, overriding their values."""
+        if isinstance(feeds, Mapping) and any(name in self._overridable for name in feeds):
+            return self._run_overriding(feeds, output_names)
         arrays = self._check_feeds(feeds)
+        wanted = self._check_output_names(output_names)
         signature = tuple(a.shape for a in arrays.values()) + tuple(
             arrays[name].tobytes() for name in self._value_feeds)
-        with self._lock:
+        with self._lock, guard("running the model", memory_error=InputError):
             plan = self._plans.get(signature)
             if plan is None:
                 plan = ExecutionPlan(self._result, arrays, self._value_feeds, self.num_threads)
@@ -126,14 +141,41 @@ class Runtime:
             else:
                 self._plans.move_to_end(signature)
             self._last = plan
-            return plan.run(arrays, self.profiler)
+            if self.profiler.enabled:
+                self.profiler.begin_run(plan, self._result.kernels)
+            outputs = plan.run(arrays, self.profiler)
+        if wanted is not None:
+            return {name: outputs[name] for name in wanted}
+        return outputs
+
+    def _run_overriding(self, feeds, output_names):
+        with self._lock:
+            if self._override_runtime is None:
+                self._override_runtime = self._override_builder().create_runtime()
+        runtime = self._override_runtime
+        full = dict(runtime._result.graph.defaults)
+        full.update(feeds)
+        return runtime.run(full, output_names)
+
+    def _check_output_names(self, output_names):
+        if output_names is None:
+            return None
+        if isinstance(output_names, str):
+            output_names = [output_names]
+        names = list(output_names)
+        unknown = [n for n in names if n not in self.output_names]
+        if unknown:
+            raise InputError(f"unknown output(s) {unknown}; the model's outputs are "
+                             f"{self.output_names}")
+        return names
 
     def _check_feeds(self, feeds):
         if not isinstance(feeds, Mapping):
             raise InputError(f"run() takes a dict of input name -> numpy array, got "
                              f"{type(feeds).__name__}")
         expected = self.input_names
-        unknown = sorted(set(feeds) - set(expected))
+        unknown = [name for name in feeds if name not in expected
+                   and name not in self._overridable]
         missing = [name for name in expected if name not in feeds]
         if unknown or missing:
             parts = []
@@ -156,16 +198,21 @@ class Runtime:
                 raise InputError(f'input "{info.name}": expected {info.data_type} {declared}, '
                                  f"got {array.dtype} {list(array.shape)}")
             if info.dims is not None:
-                if array.ndim != len(info.dims) or any(
-                    isinstance(d, int) and d > 0 and d != a for d, a in zip(info.dims, array.shape)
-                ):
+                if array.ndim != len(info.dims):
+                    raise InputError(f'input "{info.name}": expected rank {len(info.dims)} '
+                                     f"shape {declared}, got rank {array.ndim} shape "
+                                     f"{list(array.shape)}")
+                if any(isinstance(d, int) and d > 0 and d != a
+                       for d, a in zip(info.dims, array.shape)):
                     raise InputError(f'input "{info.name}": expected shape {declared}, got '
                                      f"{list(array.shape)}")
-            arrays[info.name] = np.ascontiguousarray(array)
+            # np.ascontiguousarray would make a rank-0 feed (1,): rank-0 in, rank-0 out.
+            arrays[info.name] = array if array.flags.c_contiguous else array.copy(order="C")
         return arrays
 
 
 def _describe_dims(dims):
     if dims is None:
         return "[any shape]"
-    return "[" + ",".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in dims) + "]"
+    return "[" + ",".join(str(d) if isinstance(d, int) and d > 0 else
+                          (d if isinstance(d, str) else "?") for d in dims) + "]"

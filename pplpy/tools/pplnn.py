@@ -17,7 +17,12 @@ element type, no header.  Outputs are written as ``pplnn_output-<name>.dat`` (in
 ``[A-Za-z0-9._-]`` replaced by ``_``.
 
 Exit status: 0 on success; 2 for anything a user can cause (a pplpy error, a bad option, a
-missing or wrong-sized file), reported as one line ``pplnn: error: ...`` on stderr.
+missing or wrong-sized file), reported as one line ``pplnn: error: ...`` on stderr; 1 for an
+internal error (a bug in pplpy: ``pplnn: internal error: ...``), whose traceback ``--debug``
+prints (``--debug`` prints the traceback of any error).
+
+    pplnn --list-ops                       # every op, its opsets and who provides it
+    pplnn --profile-trace trace.json ...   # Chrome trace of the timed runs (Perfetto)
 """
 
 import argparse
@@ -25,8 +30,11 @@ import importlib.metadata
 import math
 import os
 import re
+import stat
 import sys
 import time
+import traceback
+import warnings
 
 import numpy as np
 
@@ -35,8 +43,8 @@ from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.engines.x86.pipeline import PASS_NAMES
 from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
-from pplpy.errors import PplError
-from pplpy.plugins import ENTRY_POINT_GROUP
+from pplpy.errors import InternalError, PplError
+from pplpy.plugins import ENTRY_POINT_GROUP, PluginWarning, failed_plugins, load_plugins
 
 PROG = "pplnn"
 REORDER_DOMAIN = "pplpy"  # the domain of the Reorder nodes the x86 engine inserts
@@ -78,6 +86,11 @@ def build_parser():
         "shipped with pplpy.",
     )
     parser.add_argument("--version", action="version", version=f"pplpy {pplpy.__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of an error (internal errors exit 1)")
+    parser.add_argument("--list-ops", action="store_true",
+                        help="list every operator pplpy can run, its opsets and the package "
+                        "that provides it (pplpy or a plugin), then exit")
     model = parser.add_argument_group("model and inputs")
     model.add_argument("--onnx-model", metavar="PATH", help="the ONNX model to run")
     model.add_argument(
@@ -92,6 +105,9 @@ def build_parser():
     )
     model.add_argument("--seed", type=int, default=0,
                        help="seed of the random inputs used without --inputs (default 0)")
+    model.add_argument("--cast-to-float32", action="store_true",
+                       help="cast float64/float16 inputs and weights to float32 at load "
+                       "(without it such a model is refused: pplpy computes in float32)")
 
     out = parser.add_argument_group("outputs")
     out.add_argument("--save-outputs", action="store_true",
@@ -114,6 +130,10 @@ def build_parser():
     timing.add_argument("--enable-profiling", action="store_true",
                         help="time every node over the timed runs and print per-node and "
                         "per-op-type tables")
+    timing.add_argument("--profile-trace", metavar="FILE",
+                        help="write the timed runs as Chrome trace events (one per step: op "
+                        "type, node, shapes, formats, kernel) to FILE; open it in "
+                        "https://ui.perfetto.dev (implies --enable-profiling)")
 
     engine = parser.add_argument_group("x86 engine")
     engine.add_argument("--num-threads", type=_positive, default=None, metavar="N",
@@ -195,13 +215,29 @@ def read_inputs(rt, files):
     feeds, sources = {}, {}
     for tensor, path in zip(tensors, paths):
         shape, dtype = shapes[tensor.name], tensor.dtype
+        want = math.prod(shape) * dtype.itemsize
+        # Size first, from the file's metadata: a device (/dev/zero) or a huge file is
+        # refused before a byte is read; then at most want + 1 bytes are read.
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            info = os.stat(path)
         except OSError as exc:
             raise CliError(f'--inputs: cannot read "{path}" for input "{tensor.name}": '
                            f"{exc.strerror or exc}") from None
-        want = math.prod(shape) * dtype.itemsize
+        if not stat.S_ISREG(info.st_mode):
+            raise CliError(f'--inputs: "{path}" (for input "{tensor.name}") is not a regular '
+                           f"file; give a file of {want} bytes")
+        if info.st_size != want:
+            raise CliError(
+                f'--inputs: "{path}" has {info.st_size} bytes but input "{tensor.name}" '
+                f"({_describe(dtype, shape)}) needs {want}; write the raw {dtype.name} "
+                f"elements in C order, or give --in-shapes"
+            )
+        try:
+            with open(path, "rb") as f:
+                data = f.read(want + 1)
+        except OSError as exc:
+            raise CliError(f'--inputs: cannot read "{path}" for input "{tensor.name}": '
+                           f"{exc.strerror or exc}") from None
         if len(data) != want:
             raise CliError(
                 f'--inputs: "{path}" has {len(data)} bytes but input "{tensor.name}" '
@@ -392,8 +428,38 @@ def time_runs(rt, feeds, warmup, iterations, profile):
 # -- main ---------------------------------------------------------------------------------
 
 
+def format_op_list():
+    """Every op context registered: domain, op, opsets, provider; overridden declarations
+    and plugins that failed to import are listed after."""
+    from pplpy.engines.x86.ops.declare import op_providers, overridden_ops
+
+    rows = [(d or "ai.onnx", t, f"{f}-{last}" if f != last else str(f), provider, cls)
+            for d, t, f, last, provider, cls in op_providers() if d != REORDER_DOMAIN]
+    lines = [f"{len(rows)} operator range(s):"]
+    lines += _table(["domain", "op", "opsets", "provided by", "op context"], rows, 0)
+    overridden = overridden_ops()
+    if overridden:
+        lines.append("overridden (replaced with override=True):")
+        lines += [f"  {d or 'ai.onnx'}::{t} opsets {f}-{last} from {p}"
+                  for d, t, f, last, p in overridden]
+    for name, why in failed_plugins().items():
+        lines.append(f"plugin {name} failed to import: {why}")
+    return "\n".join(lines)
+
+
 def _run(argv):
     args = build_parser().parse_args(argv)
+    if args.list_ops:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PluginWarning)  # listed below the table instead
+            load_plugins()
+        print(format_op_list())
+        return 0
+    if args.profile_trace is not None:
+        args.enable_profiling = True
+        folder = os.path.dirname(os.path.abspath(args.profile_trace))
+        if not os.path.isdir(folder):
+            raise CliError(f'--profile-trace: folder "{folder}" does not exist')
     in_shapes = parse_in_shapes(args.in_shapes) if args.in_shapes is not None else None
     demo = args.onnx_model is None
     if demo:
@@ -420,7 +486,8 @@ def _run(argv):
     engine = pplpy.X86Engine(max_isa=cap, num_threads=args.num_threads,
                              fusion=not args.disable_fusion)
     builder = pplpy.RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
-                                             on_pass=on_pass)
+                                             on_pass=on_pass,
+                                             cast_to_float32=args.cast_to_float32)
     rt = builder.create_runtime()
     options = rt.result.options
 
@@ -473,6 +540,13 @@ def _run(argv):
               f"max {max(times):.4f} ms")
         if args.enable_profiling:
             print(format_profile(rt.profiler))
+        if args.profile_trace is not None:
+            try:
+                count = rt.profiler.save_trace(args.profile_trace)
+            except OSError as exc:
+                raise CliError(f'--profile-trace: cannot write "{args.profile_trace}": '
+                               f"{exc.strerror or exc}") from None
+            print(f"profile trace: {count} event(s) written to {args.profile_trace}")
     return 0
 
 
@@ -487,10 +561,16 @@ def _one_line(exc):
 
 def main(argv=None):
     """Run pplnn with ``argv`` (default: sys.argv[1:]); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
     try:
         return _run(argv)
+    except InternalError as exc:
+        return _internal(exc, debug)
     except (CliError, PplError) as exc:
         sys.stdout.flush()
+        if debug:
+            traceback.print_exc()
         print(f"{PROG}: error: {_one_line(exc) or type(exc).__name__}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # --help and --version end through argparse's exit
@@ -504,6 +584,18 @@ def main(argv=None):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except Exception as exc:  # noqa: BLE001 - a bug in pplnn or pplpy: say so, exit 1
+        return _internal(exc, debug)
+
+
+def _internal(exc, debug):
+    sys.stdout.flush()
+    if debug:
+        traceback.print_exc()
+    hint = "" if debug else " (run with --debug for the traceback)"
+    print(f"{PROG}: internal error: {type(exc).__name__}: {_one_line(exc)}{hint}; please "
+          f"report it", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ The table is never edited by hand: a test regenerates it and fails when the comm
 is stale, so it always says what the code registers.
 """
 
+import argparse
 import sys
 
 from pplpy.common.data_format import DataFormat
@@ -44,11 +45,22 @@ def render():
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    path = argv[0] if argv else "docs/supported_ops.md"
-    with open(path, "w") as f:
-        f.write(render())
-    print(f"wrote {path}")
+    parser = argparse.ArgumentParser(
+        prog="python -m pplpy.tools.supported_ops",
+        description="Write the table of operators pplpy supports (Markdown), generated from "
+        "its registries.")
+    parser.add_argument("path", nargs="?", default="docs/supported_ops.md",
+                        help="where to write it (default: docs/supported_ops.md); '-' prints it")
+    args = parser.parse_args(argv)
+    if args.path == "-":
+        sys.stdout.write(render())
+        return 0
+    try:
+        with open(args.path, "w") as f:
+            f.write(render())
+    except OSError as exc:
+        parser.error(f"cannot write {args.path!r}: {exc.strerror or exc}")
+    print(f"wrote {args.path}")
     return 0
 
 

@@ -197,6 +197,7 @@ _BLOCKED_OP = textwrap.dedent("""
     @register_op("test.pplnn", "BlockedRelu", versions=(1, 1))
     class BlockedReluOp(X86OptKernel):
         formats = (DataFormat.N16CX,)
+        keeps_padding_finite = True  # relu(0) = 0: a plugin op may take N16CX
         infer_shape = same_shape_as_input
 
         def select_format(self, in_formats, in_shapes):
@@ -291,7 +292,8 @@ def _error_cases(tmp_path, small_model, save_model):
         "missing model": (["--onnx-model", tmp_path / "nope.onnx"], "does not exist"),
         "garbage model": (["--onnx-model", garbage], "not a readable ONNX model"),
         "unsupported op": (["--onnx-model", unsupported],
-                           'node "frob" (com.nowhere::Frobnicate, opset 3)'),
+                           'com.nowhere::Frobnicate opset 3: 1 node(s) ("frob"): op not '
+                           'supported'),
         "letters in shape": (m + ["--in-shapes", "1_x_4,2_5"], "'1_x_4' is not a shape"),
         "empty shape": (m + ["--in-shapes", ""], "'' is not a shape"),
         "double underscore": (m + ["--in-shapes", "1__4,2_5"], "'1__4' is not a shape"),
@@ -407,3 +409,85 @@ def test_as_a_process(small_model, tmp_path):
     assert bad.returncode == 2
     assert bad.stderr.startswith("pplnn: error: ") and bad.stderr.count("\n") == 1
     assert "Traceback" not in bad.stderr
+
+
+# -- service-grade behaviour: exit codes, --debug, input sizes, --list-ops, traces ---------
+
+
+def test_inputs_are_size_checked_before_reading(capsys, small_model, tmp_path):
+    ok_b = tmp_path / "b.bin"
+    ok_b.write_bytes(np.zeros((2, 5), np.float32).tobytes())
+    status, _, err = run_cli(capsys, "--onnx-model", small_model, "--inputs",
+                             f"/dev/zero,{ok_b}")
+    assert status == 2
+    assert '"/dev/zero" (for input "a") is not a regular file; give a file of 48 bytes' in err
+    huge = tmp_path / "huge.bin"
+    with open(huge, "wb") as f:  # sparse: 1 GiB on paper, nothing read
+        f.truncate(1 << 30)
+    status, _, err = run_cli(capsys, "--onnx-model", small_model, "--inputs", f"{huge},{ok_b}")
+    assert status == 2 and f'"{huge}" has {1 << 30} bytes but input "a"' in err
+
+
+def test_internal_error_exits_1_and_debug_shows_the_traceback(capsys, small_model, monkeypatch):
+    import pplpy.tools.pplnn as cli
+
+    def broken(*args, **kwargs):
+        raise KeyError("a pplpy bug")
+
+    monkeypatch.setattr(cli, "format_graph", broken)
+    status, _, err = run_cli(capsys, "--onnx-model", small_model, "--dump-graph")
+    assert status == 1
+    assert err.startswith("pplnn: internal error: KeyError") and "--debug" in err
+    assert "Traceback" not in err
+    status, _, err = run_cli(capsys, "--onnx-model", small_model, "--dump-graph", "--debug")
+    assert status == 1 and "Traceback (most recent call last)" in err
+    # A user mistake with --debug: still exit 2, with the traceback.
+    status, _, err = run_cli(capsys, "--onnx-model", small_model, "--in-shapes", "1_3", "--debug")
+    assert status == 2 and "Traceback" in err and "pplnn: error: " in err
+
+
+def test_list_ops_shows_who_provides_each_op(capsys):
+    status, out, err = run_cli(capsys, "--list-ops")
+    assert status == 0 and err == ""
+    rows = [line.split() for line in out.splitlines()[2:] if line.startswith("  ")]
+    conv = [r for r in rows if r[:2] == ["ai.onnx", "Conv"]]
+    assert conv and conv[0][3] == "pplpy"
+    assert not any(r[1] == "Reorder" for r in rows)  # pplpy's inserted nodes are not ops
+
+
+def test_profile_trace_writes_chrome_trace_events(capsys, small_model, tmp_path):
+    import json
+
+    trace = tmp_path / "trace.json"
+    status, out, err = run_cli(capsys, "--onnx-model", small_model, "--profile-trace", trace,
+                               "--min-profiling-iterations", "3", "--warmup-iterations", "0")
+    assert status == 0, err
+    assert "profile per op type" in out  # --profile-trace implies the tables
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert len(events) == 3 * 4  # 4 steps per run, 3 runs
+    first = events[0]
+    assert first["ph"] == "X" and first["dur"] >= 0 and first["name"] == "LeakyRelu"
+    assert first["args"]["node"] == "leaky"
+    assert first["args"]["inputs"][0] == {"name": "a", "type": "float32", "shape": [1, 3, 4],
+                                          "format": "NDARRAY"}
+    status, _, err = run_cli(capsys, "--onnx-model", small_model, "--profile-trace",
+                             tmp_path / "no" / "such" / "t.json")
+    assert status == 2 and "--profile-trace: folder" in err
+
+
+def test_supported_ops_help_writes_nothing(tmp_path):
+    result = _run_process(["-m", "pplpy.tools.supported_ops", "--help"], tmp_path)
+    assert result.returncode == 0 and "usage:" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+    result = _run_process(["-m", "pplpy.tools.supported_ops", "-"], tmp_path)
+    assert result.stdout.startswith("# Supported operators") and list(tmp_path.iterdir()) == []
+
+
+def test_float64_model_is_refused_unless_cast(capsys, save_model):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                       [("x", onnx.TensorProto.DOUBLE, [2])], [("y", onnx.TensorProto.DOUBLE, [2])])
+    path = save_model(model)
+    status, _, err = run_cli(capsys, "--onnx-model", path)
+    assert status == 2 and 'input "x" is float64' in err and "--cast-to-float32" in err
+    status, out, _ = run_cli(capsys, "--onnx-model", path, "--cast-to-float32")
+    assert status == 0 and 'output "y": float32 [2]' in out

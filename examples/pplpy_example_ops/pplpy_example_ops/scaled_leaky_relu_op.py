@@ -30,6 +30,9 @@ class ScaledLeakyReluOp(X86OptKernel):
     # Element-wise, so NDARRAY and N16CX are the same to us: no reorder around this node.
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     select_format = follow_input_format
+    # f(0) = 0: the zero padding lanes of N16CX stay zero, so pplpy may hand us N16CX
+    # (without this a plugin op always gets NDARRAY; docs/op_context_contract.md).
+    keeps_padding_finite = True
 
     def create_kernel(self):
         return ScaledLeakyReluKernel(self)

@@ -3,14 +3,15 @@
     file --onnx.load--> ModelProto --(external data checked, then loaded)-->
          --one NodeProto at a time: (domain, op_type, opset) -> registry -> param--> Graph
 
-External data is read only from files inside the model's folder: a location that is
+The graph is validated before anything is built (``validate_graph``): every failure is a
+ModelError naming the node, op, attribute or value and what is allowed.  External data is read only from files inside the model's folder: a location that is
 absolute or climbs out with ".." is refused (a model must not read arbitrary files).
 """
 
 import os
 
+import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
@@ -20,30 +21,59 @@ from pplpy.ir import Graph, Node, ValueInfo
 from pplpy.models.onnx.registry import find_parser, normalize_domain
 
 
+# The largest tensor a model may declare (an input's or initializer's static dims times its
+# element size); the runtime applies the same limit to every value a plan holds.
+MAX_TENSOR_BYTES = 1 << 40
+
+# Element types pplpy does not compute in: cast to float32 at load when the caller asks for
+# cast_to_float32; otherwise the engine refuses the nodes that would compute in them.
+FLOAT_TYPES_TO_CAST = (onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
+
+
 def load_model_proto(path):
-    """onnx.load with pplpy errors, and external data confined to the model's folder."""
-    path = os.fspath(path)
+    """onnx.load with pplpy errors, and external data confined to the model's folder.
+
+    ``path`` may also be the model's bytes (then it may not use external data)."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        data = bytes(path)
+        if not data:
+            raise ModelError("the model is empty (0 bytes)")
+        try:
+            model = onnx.load_model_from_string(data)
+        except Exception as exc:  # noqa: BLE001 - protobuf raises several kinds
+            raise ModelError(f"the bytes given are not an ONNX model: {exc}") from exc
+        check_external_data(model, None)
+        return model
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise ModelError(f"a model is a file path or bytes, got {type(path).__name__}") from None
     if not os.path.isfile(path):
         raise ModelError(f"model file {path!r} does not exist or is not a file")
+    if os.path.getsize(path) == 0:
+        raise ModelError(f"model file {path!r} is empty (0 bytes)")
     try:
         model = onnx.load(path, load_external_data=False)
-    except (DecodeError, ValueError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - DecodeError, ValueError, OSError, ...
         raise ModelError(f"{path!r} is not a readable ONNX model: {exc}") from exc
     base = os.path.dirname(os.path.abspath(path))
     check_external_data(model, base)
     try:
         load_external_data_for_model(model, base)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - OSError, ValueError, onnx's checker errors
         raise ModelError(f"{path!r}: cannot read its external data: {exc}") from exc
     return model
 
 
 def check_external_data(model, base_dir):
     """Refuse external-data locations that leave ``base_dir`` or do not exist."""
-    real_base = os.path.realpath(base_dir)
+    real_base = os.path.realpath(base_dir) if base_dir is not None else None
     for tensor in _all_tensors(model):
         if not uses_external_data(tensor):
             continue
+        if real_base is None:
+            raise ModelError(f'tensor "{tensor.name}" uses external data, which a model given '
+                             f"as bytes cannot have; load it from its file")
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
         target = os.path.realpath(os.path.join(real_base, location))
@@ -67,10 +97,11 @@ def _all_tensors(model):
                 yield attr.t
 
 
-def _value_info(vi):
+def _value_info(vi, role="value"):
     tensor_type = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
-        raise ModelError(f'value "{vi.name}": only tensor inputs/outputs are supported')
+        raise ModelError(f'{role} "{vi.name}": only tensors are supported (got a sequence, map '
+                         f"or optional type)")
     data_type = DataType.from_onnx(tensor_type.elem_type)
     dims = None
     if tensor_type.HasField("shape"):
@@ -78,54 +109,220 @@ def _value_info(vi):
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
             for d in tensor_type.shape.dim
         )
+        negative = [d for d in dims if isinstance(d, int) and d < 0]
+        if negative:
+            raise ModelError(f'{role} "{vi.name}": declared dims {_show_dims(dims)} hold a '
+                             f"negative dim; dims are >= 0, or a name for a free dim")
+        if data_type is not None:
+            _check_size(f'{role} "{vi.name}"', [d for d in dims if isinstance(d, int)],
+                        data_type.itemsize)
     return ValueInfo(vi.name, data_type, dims)
 
 
-def parse_model(model):
-    """Turn a ModelProto into a Graph.
+def _show_dims(dims):
+    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _check_size(what, dims, itemsize):
+    """ModelError when ``dims`` (ints) times ``itemsize`` passes MAX_TENSOR_BYTES."""
+    total = itemsize
+    for d in dims:
+        total *= int(d)
+        if total > MAX_TENSOR_BYTES:
+            raise ModelError(f"{what}: dims {list(dims)} need more than {MAX_TENSOR_BYTES} "
+                             f"bytes, pplpy's limit for one tensor")
+
+
+def _tensor_dims(tensor, what):
+    dims = list(tensor.dims)
+    if any(d < 0 for d in dims):
+        raise ModelError(f"{what}: negative dim in {dims}")
+    _check_size(what, dims, 1)
+    return dims
+
+
+def cast_floats_to_float32(model):
+    """In place: float64 / float16 initializers, Constant values and declared inputs and
+    outputs become float32 (the ``cast_to_float32`` load option; see docs/errors.md)."""
+    for init in model.graph.initializer:
+        if init.data_type in FLOAT_TYPES_TO_CAST:
+            init.CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(init).astype(np.float32), init.name))
+    for node in model.graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t") and attr.t.data_type in FLOAT_TYPES_TO_CAST:
+                attr.t.CopyFrom(numpy_helper.from_array(
+                    numpy_helper.to_array(attr.t).astype(np.float32), attr.t.name))
+    for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        tensor_type = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tensor_type.elem_type in FLOAT_TYPES_TO_CAST:
+            tensor_type.elem_type = onnx.TensorProto.FLOAT
+
+
+def _type_name(elem_type):
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return str(elem_type)
+
+
+def node_names(onnx_graph):
+    """The name pplpy gives each NodeProto: its own, or ``<op_type>_<index>``; unique."""
+    names, used = [], set()
+    for index, node_proto in enumerate(onnx_graph.node):
+        name = node_proto.name or f"{node_proto.op_type}_{index}"
+        while name in used:
+            name = f"{name}_{index}"
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def _check_text(onnx_graph):
+    """Names, op types and domains are text (protobuf hands back bytes for invalid UTF-8)."""
+    def check(value, what):
+        if not isinstance(value, str):
+            raise ModelError(f"{what} {value!r} is not valid UTF-8 text")
+
+    for index, node in enumerate(onnx_graph.node):
+        what = f"node {index} ({node.op_type!r}):"
+        check(node.name, f"{what} name")
+        check(node.op_type, f"{what} op type")
+        check(node.domain, f"{what} domain")
+        for name in [*node.input, *node.output]:
+            check(name, f"{what} value name")
+        for attr in node.attribute:
+            check(attr.name, f"{what} attribute name")
+    for vi in [*onnx_graph.input, *onnx_graph.output, *onnx_graph.value_info]:
+        check(vi.name, "value name")
+    for init in onnx_graph.initializer:
+        check(init.name, "initializer name")
+
+
+def validate_graph(onnx_graph, names):
+    """Structure checks before anything is built; each failure is a ModelError naming the
+    node, op and value: no nodes, no outputs, duplicate inputs, a value produced twice, a node
+    input or graph output nothing produces (cycles are found by the topological sort)."""
+    _check_text(onnx_graph)
+    if len(onnx_graph.node) == 0:
+        raise ModelError(f'graph "{onnx_graph.name}" has no nodes: there is nothing to run '
+                         f"(is the file an ONNX model?)")
+    if len(onnx_graph.output) == 0:
+        raise ModelError(f'graph "{onnx_graph.name}" declares no outputs')
+    producer = {}  # value name -> what produces it, for messages
+    for init in onnx_graph.initializer:
+        if init.name in producer:
+            raise ModelError(f'initializer "{init.name}" is given twice')
+        producer[init.name] = f'initializer "{init.name}"'
+    for sparse in onnx_graph.sparse_initializer:
+        producer[sparse.values.name] = f'sparse initializer "{sparse.values.name}"'
+    seen_inputs = set()
+    for vi in onnx_graph.input:
+        if vi.name in seen_inputs:
+            raise ModelError(f'graph input "{vi.name}" is declared twice')
+        if not vi.name:
+            raise ModelError("a graph input has an empty name")
+        seen_inputs.add(vi.name)
+        producer.setdefault(vi.name, f'graph input "{vi.name}"')
+    for node_proto, name in zip(onnx_graph.node, names):
+        for out in node_proto.output:
+            if not out:
+                continue
+            if out in producer:
+                raise ModelError(
+                    f'node "{name}" ({node_proto.op_type}): output "{out}" is also produced by '
+                    f"{producer[out]}; every value must have exactly one producer"
+                )
+            producer[out] = f'node "{name}" ({node_proto.op_type})'
+    for node_proto, name in zip(onnx_graph.node, names):
+        for index, value in enumerate(node_proto.input):
+            if value and value not in producer:
+                raise ModelError(
+                    f'node "{name}" ({node_proto.op_type}): input {index} "{value}" is not '
+                    f"produced by any node, graph input or initializer"
+                )
+    seen_outputs = set()
+    for vi in onnx_graph.output:
+        if vi.name not in producer:
+            raise ModelError(f'graph output "{vi.name}" is not produced by any node, graph '
+                             f"input or initializer")
+        if vi.name in seen_outputs:
+            raise ModelError(f'graph output "{vi.name}" is declared twice')
+        seen_outputs.add(vi.name)
+
+
+def parse_model(model, cast_to_float32=False, override_initializers=False):
+    """Turn a ModelProto into a Graph, after ``validate_graph``.
 
     Returns ``(graph, unparsed)`` where ``unparsed`` lists the Nodes no parser covers (their
     ``param`` is None); the caller reports them with the engine's own unsupported nodes in
-    one UnsupportedOpError.
+    one UnsupportedOpError.  Initializers the model also lists as inputs are constants, or
+    with ``override_initializers`` inputs whose default is the initializer.  With ``cast_to_float32`` float64 / float16 inputs and
+    initializers become float32; otherwise a node that would compute in those types is
+    refused by the engine's type check (data movement on them is fine).
     """
     onnx_graph = model.graph
-    opsets = {normalize_domain(o.domain): o.version for o in model.opset_import}
+    _check_text(onnx_graph)
+    names = node_names(onnx_graph)
+    validate_graph(onnx_graph, names)
+    if cast_to_float32:
+        cast_floats_to_float32(model)
+    opsets = {}
+    for o in model.opset_import:
+        if o.version < 1:
+            raise ModelError(f"the model imports opset {o.version} of domain "
+                             f"{o.domain or 'ai.onnx'!r}; opsets start at 1")
+        opsets[normalize_domain(o.domain)] = o.version
     graph = Graph(name=onnx_graph.name or "graph", opsets=opsets)
     for init in onnx_graph.initializer:
+        _tensor_dims(init, f'initializer "{init.name}"')
         try:
             graph.constants[init.name] = numpy_helper.to_array(init)
         except Exception as exc:  # noqa: BLE001 - any decoding failure is a model problem
             raise ModelError(f'initializer "{init.name}" cannot be decoded: {exc}') from exc
+        if DataType.from_numpy(graph.constants[init.name].dtype) is None:
+            raise ModelError(f'initializer "{init.name}": element type '
+                             f"{graph.constants[init.name].dtype} is not supported by pplpy")
     for init in onnx_graph.sparse_initializer:
         from pplpy.models.onnx.registry import sparse_to_dense
 
-        graph.constants[init.values.name] = sparse_to_dense(init)
+        _tensor_dims(init.values, f'sparse initializer "{init.values.name}"')
+        try:
+            graph.constants[init.values.name] = sparse_to_dense(init)
+        except Exception as exc:  # noqa: BLE001 - bad indices, sizes: a model problem
+            raise ModelError(f'sparse initializer "{init.values.name}" cannot be decoded: '
+                             f"{exc}") from exc
     for vi in onnx_graph.input:
         if vi.name in graph.constants:
-            continue  # an initializer listed as input: a default that pplpy treats as constant
-        info = _value_info(vi)
+            # An initializer listed as input is a default a feed may override (ONNX IR).
+            # Built as a constant unless ``override_initializers``: then it is an input and
+            # its initializer the default.
+            info = _value_info(vi, "input")
+            graph.overridable[vi.name] = info
+            if not override_initializers:
+                continue
+            graph.defaults[vi.name] = graph.constants[vi.name]
+            if info.dims is None:
+                info.dims = tuple(graph.defaults[vi.name].shape)
+            del graph.constants[vi.name]
+        else:
+            info = _value_info(vi, "input")
+        elem_type = vi.type.tensor_type.elem_type
         if info.data_type is None:
-            raise ModelError(
-                f'input "{vi.name}": element type {vi.type.tensor_type.elem_type} is not '
-                f"supported by pplpy"
-            )
+            raise ModelError(f'input "{vi.name}": element type {_type_name(elem_type)} is not '
+                             f"supported by pplpy")
         graph.inputs.append(info)
         record = graph.value(info.name)
         record.dtype, record.dims = info.data_type, info.dims
-    graph.outputs = [_value_info(vi) for vi in onnx_graph.output]
+    graph.outputs = [_value_info(vi, "output") for vi in onnx_graph.output]
     for vi in onnx_graph.value_info:
         if vi.type.HasField("tensor_type"):
             graph.value_info[vi.name] = _value_info(vi)
 
     unparsed = []
-    names = set()
-    for index, node_proto in enumerate(onnx_graph.node):
+    for node_proto, name in zip(onnx_graph.node, names):
         domain = normalize_domain(node_proto.domain)
         opset = opsets.get(domain)
-        name = node_proto.name or f"{node_proto.op_type}_{index}"
-        while name in names:
-            name = f"{name}_{index}"
-        names.add(name)
         node = Node(name, node_proto.op_type, domain, opset if opset is not None else 0,
                     node_proto.input, node_proto.output)
         if opset is None:
@@ -143,10 +340,10 @@ def parse_model(model):
         if entry is None:
             unparsed.append(node)
         else:
-            node.param = entry.parse_node(node_proto, opset)
+            node.param = entry.parse_node(node_proto, opset, name)
         graph.add_node(node)
     try:
         graph.topological_sort()
     except ValueError as exc:
-        raise ModelError(str(exc)) from exc
+        raise ModelError(f"{exc}; an ONNX graph must be acyclic") from exc
     return graph, unparsed

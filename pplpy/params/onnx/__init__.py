@@ -20,6 +20,21 @@ from pplpy.params.onnx.layer_norm_param import (
     MeanVarianceNormalizationParam,
     RMSNormalizationParam,
 )
+from pplpy.params.onnx.movement_param import (
+    CastParam,
+    DepthToSpaceParam,
+    EyeLikeParam,
+    GatherElementsParam,
+    GatherNDParam,
+    OneHotParam,
+    PadParam,
+    RangeParam,
+    ReverseSequenceParam,
+    ScatterParam,
+    SplitParam,
+    TopKParam,
+    TriluParam,
+)
 from pplpy.params.onnx.normalization_param import (
     BatchNormalizationParam,
     LRNParam,
@@ -27,6 +42,7 @@ from pplpy.params.onnx.normalization_param import (
 )
 from pplpy.params.onnx.pooling_param import AveragePoolParam, MaxPoolParam
 from pplpy.params.onnx.reduce_param import ArgReduceParam, CumSumParam, ReduceAxesInputParam, ReduceParam  # noqa: F401,E501
+from pplpy.params.onnx.rnn_param import GRUParam, LSTMParam, RNNParam  # noqa: F401
 from pplpy.params.onnx.shape_param import (
     ConcatParam,
     FlattenParam,
@@ -45,4 +61,7 @@ __all__ = [
     "CoercedAxisParam", "GroupNormalizationParam", "HardmaxParam", "InstanceNormalizationParam",
     "LayerNormalizationParam", "LogSoftmaxParam", "LpNormalizationParam",
     "MeanVarianceNormalizationParam", "RMSNormalizationParam",
+    "CastParam", "DepthToSpaceParam", "EyeLikeParam", "GatherElementsParam", "GatherNDParam",
+    "OneHotParam", "PadParam", "RangeParam", "ReverseSequenceParam", "ScatterParam",
+    "SplitParam", "TopKParam", "TriluParam",
 ]

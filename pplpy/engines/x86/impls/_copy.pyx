@@ -11,6 +11,8 @@
 #   make_gather_step        y[o, j] = x[o, indices[j]] rows as block copies (Gather)
 #   make_concat_n16cx_step  channel concat of N16CX tensors as lane runs
 #   make_group_step         several independent steps as one (Dropout: y and its mask)
+#   make_pad_step           y[i_0, ...] = x[t_0[i_0], ...], or a value where any t_k[i_k] < 0
+#                           (Pad in every mode, NDARRAY or N16CX spatial axes)
 #
 # Each make_*_step takes addresses (size_t) and sizes, checks them, and returns a Step;
 # the Python-visible test wrappers at the bottom build the same steps from numpy arrays and
@@ -515,6 +517,156 @@ def make_group_step(steps):
     return step
 
 
+# -- pad: a copy through one index table per dim --------------------------------------------
+
+cdef inline void fill_pattern(char *dst, Py_ssize_t n, const char *value,
+                              Py_ssize_t es) noexcept nogil:
+    """n elements of es bytes at dst each become the es bytes at value."""
+    cdef Py_ssize_t i
+    if es == 4:
+        for i in range(n):
+            (<uint32_t *>dst)[i] = (<const uint32_t *>value)[0]
+    elif es == 8:
+        for i in range(n):
+            (<uint64_t *>dst)[i] = (<const uint64_t *>value)[0]
+    elif es == 2:
+        for i in range(n):
+            (<uint16_t *>dst)[i] = (<const uint16_t *>value)[0]
+    elif es == 1:
+        memset(dst, (<const uint8_t *>value)[0], n)
+    else:
+        for i in range(n):
+            memcpy(dst + i * es, value, es)
+
+
+cdef struct PadArgs:
+    char *dst
+    const char *src
+    const char *value         # es bytes, read when the step runs (Pad's constant_value input)
+    Py_ssize_t es
+    Py_ssize_t chunk          # bytes per innermost table entry (a multiple of es)
+    Py_ssize_t rank           # >= 1
+    Py_ssize_t dims[MAX_RANK]
+    const int64_t *tables[MAX_RANK]   # source byte offset of output index i along dim k; < 0: pad
+
+
+cdef void pad_step(const void *a, int tid, int nthreads) noexcept nogil:
+    cdef const PadArgs *args = <const PadArgs *>a
+    cdef Py_ssize_t last = args.rank - 1, inner = args.dims[last], chunk = args.chunk
+    cdef Py_ssize_t rows = 1, b, e, row, q, k, j, run, off
+    cdef Py_ssize_t idx[MAX_RANK]
+    cdef const int64_t *t = args.tables[last]
+    cdef char *dst
+    cdef bint valid
+    for k in range(last):
+        rows *= args.dims[k]
+    ppl_partition(rows, tid, nthreads, &b, &e)
+    if b >= e:
+        return
+    q = b
+    k = last - 1
+    while k >= 0:
+        idx[k] = q % args.dims[k]
+        q = q // args.dims[k]
+        k -= 1
+    for row in range(b, e):
+        off = 0
+        valid = True
+        for k in range(last):
+            if args.tables[k][idx[k]] < 0:
+                valid = False
+            off += args.tables[k][idx[k]]
+        dst = args.dst + row * inner * chunk
+        if not valid:
+            fill_pattern(dst, inner * chunk // args.es, args.value, args.es)
+        else:
+            j = 0
+            while j < inner:
+                if t[j] < 0:
+                    fill_pattern(dst + j * chunk, chunk // args.es, args.value, args.es)
+                    j += 1
+                    continue
+                run = 1      # a run of consecutive sources is one memcpy
+                while j + run < inner and t[j + run] == t[j] + run * chunk:
+                    run += 1
+                memcpy(dst + j * chunk, args.src + off + t[j], run * chunk)
+                j += run
+        k = last - 1
+        while k >= 0:
+            idx[k] += 1
+            if idx[k] < args.dims[k]:
+                break
+            idx[k] = 0
+            k -= 1
+
+
+def make_pad_step(size_t dst, size_t src, size_t value, Py_ssize_t es, in_dims, tables):
+    """Step: contiguous y of dims (len(tables[k]) for each k) with y[i_0, ..., i_r] =
+    x[tables[0][i_0], ..., tables[r][i_r]] for contiguous x of ``in_dims``, or the es bytes
+    at ``value`` where any table entry is negative.  Every entry is checked against
+    ``in_dims`` here, so the step never reads outside x."""
+    cdef Py_ssize_t rank = len(in_dims), k, chunk = es, total = 1
+    if rank != len(tables) or rank == 0:
+        raise ValueError(f"need one table per dim: {rank} dims, {len(tables)} tables")
+    if es <= 0:
+        raise ValueError(f"element size must be positive, got {es}")
+    tabs = [np.asarray(t, np.int64).reshape(-1) for t in tables]
+    for k in range(rank):
+        if tabs[k].size and int(tabs[k].max()) >= in_dims[k]:
+            raise ValueError(f"table {k} reads index {int(tabs[k].max())} of a dim of "
+                             f"{in_dims[k]}")
+        total *= tabs[k].size
+    strides = [0] * rank
+    s = es
+    for k in range(rank - 1, -1, -1):
+        strides[k] = s
+        s *= in_dims[k]
+    # Trailing dims copied whole (the identity table) become one chunk per entry.
+    while rank > 1 and tabs[rank - 1].size == in_dims[rank - 1] and np.array_equal(
+            tabs[rank - 1], np.arange(in_dims[rank - 1])):
+        chunk *= in_dims[rank - 1]
+        rank -= 1
+    if rank > MAX_RANK:
+        raise ValueError(f"a pad of rank {rank} is more than pplpy's {MAX_RANK}")
+    offsets = [np.where(tabs[k] < 0, -1, tabs[k] * strides[k]).astype(np.int64)
+               for k in range(rank)]
+    if total == 0:
+        offsets = [np.zeros(0, np.int64)]
+        rank = 1
+    cdef Step step = new_step(pad_step, sizeof(PadArgs), _parallel(total * es), offsets)
+    cdef PadArgs *args = <PadArgs *>step.args
+    cdef int64_t[::1] view
+    args.dst = <char *>dst
+    args.src = <const char *>src
+    args.value = <const char *>value
+    args.es = es
+    args.chunk = chunk
+    args.rank = rank
+    for k in range(rank):
+        args.dims[k] = offsets[k].size
+        if offsets[k].size:
+            view = offsets[k]
+            args.tables[k] = &view[0]
+    return step
+
+
+def pad_table(Py_ssize_t dim, Py_ssize_t begin, Py_ssize_t end, str mode):
+    """Source index of each output index along one dim padded by ``begin``/``end`` (negative
+    crops), -1 for the constant; the modes are numpy.pad's (reflect, edge, wrap)."""
+    src = np.arange(dim, dtype=np.int64)
+    if begin > 0 or end > 0:
+        width = (max(begin, 0), max(end, 0))
+        if mode == "constant":
+            src = np.pad(src, width, mode="constant", constant_values=-1)
+        else:
+            if dim == 0:
+                raise ValueError(f"{mode} padding of an empty dim")
+            src = np.pad(src, width, mode=mode)
+    lo = -begin if begin < 0 else 0
+    hi = src.size + end if end < 0 else src.size
+    return src[lo:max(hi, lo)]
+
+
 # -- Python-visible wrappers (tests) ------------------------------------------------------
 
 def _address(array):
@@ -589,3 +741,14 @@ def concat_n16cx(xs, channels, y, int num_threads=1):
     _contiguous(y, "y")
     run_steps([make_concat_n16cx_step(_address(y), [_address(x) for x in xs], list(channels),
                                       y.shape[0], y.shape[2], y.itemsize)], num_threads)
+
+
+def pad(x, pads, y, str mode="constant", value=0, int num_threads=1):
+    """y = numpy.pad(x, pads) in ``mode`` for contiguous x and y; pads is
+    [(begin, end) per dim], negative crops."""
+    _contiguous(x, "x")
+    _contiguous(y, "y")
+    tables = [pad_table(d, b, e, mode) for d, (b, e) in zip(x.shape, pads)]
+    v = np.asarray(value, x.dtype).reshape(1)
+    run_steps([make_pad_step(_address(y), _address(x), _address(v), x.itemsize, list(x.shape),
+                             tables)], num_threads)

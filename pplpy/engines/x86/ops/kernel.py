@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pplpy.engines.x86.impls.dispatch import load_variant
+from pplpy.errors import PluginError
 from pplpy.runtime.step import PythonStep
 
 
@@ -114,8 +115,21 @@ class X86Kernel:
         if not self.has_work(io):
             return None
         ctx = io.context()
-        do_execute = self.do_execute
-        return PythonStep(lambda: do_execute(ctx), label=self.node.name)
+        outputs = list(ctx.outputs)
+        do_execute, kernel, node = self.do_execute, type(self), self.node
+
+        def run():
+            do_execute(ctx)
+            for i, (now, then) in enumerate(zip(ctx.outputs, outputs)):
+                if now is not then:  # the result went nowhere: say so instead of a wrong answer
+                    ctx.outputs[i] = then
+                    raise PluginError(
+                        f"{node.describe()}: {kernel.__name__}.do_execute rebound "
+                        f"ctx.outputs[{i}] instead of writing into it; write with "
+                        f"out=ctx.outputs[{i}] or ctx.outputs[{i}][...] = ...",
+                        node=node.name, plugin=kernel.__module__.split(".")[0])
+
+        return PythonStep(run, label=self.node.name)
 
     def do_execute(self, ctx):
         """Compute the outputs of ``ctx`` from its inputs (Python kernels)."""

@@ -36,6 +36,13 @@ class X86OptKernel(abc.ABC):
     # Formats the op can run in (documentation and docs/supported_ops.md; select_format
     # decides per node).
     formats = (DataFormat.NDARRAY,)
+    # The N16CX padding rule.  In N16CX the channels are padded to a multiple of 16 and the
+    # padding lanes hold zeros that the next op (a Conv's reduction) reads.  An op that runs
+    # in N16CX must leave them finite (f(0) finite: 1/x and log(x) do not).  pplpy's own ops
+    # are written to; a plugin op is given N16CX only if its own class sets this to True,
+    # otherwise the engine hands it NDARRAY (reorders around it) whatever select_format says.
+    # See docs/op_context_contract.md.
+    keeps_padding_finite = False
 
     def __init__(self, node, options):
         self.node = node

@@ -19,11 +19,27 @@ HOST_TYPES = (DataType.INT64, DataType.INT32, DataType.BOOL)
 HOST_MAX_ELEMENTS = 4096
 
 
+# Float types pplpy moves but does not compute in.
+UNCOMPUTED_FLOATS = (DataType.FLOAT16, DataType.FLOAT64)
+
+
 def infer_types(nodes, ops, known):
-    """Fill ``known`` (value name -> DataType) for every node output; returns it."""
+    """Fill ``known`` (value name -> DataType) for every node output; returns it.
+
+    A node reading a float16 / float64 value its op does not take (any math op: only
+    data-movement ops take every type) is refused naming the value, rather than converted
+    silently; ``cast_to_float32=True`` casts such models at load instead."""
     for node in nodes:
         op = ops[node]
         in_types = [known.get(name) if name else None for name in node.inputs]
+        for name, data_type in zip(node.inputs, in_types):
+            if data_type in UNCOMPUTED_FLOATS and data_type not in op.supported_types:
+                raise UnsupportedOpError(
+                    f'{node.describe()}: input "{name}" is {data_type}, which pplpy does not '
+                    f"compute in (it computes in float32 and does not convert silently); "
+                    f"convert the model, or load it with cast_to_float32=True "
+                    f"(pplnn --cast-to-float32)",
+                    nodes=[(node.name, node.domain, node.op_type, node.opset)])
         out_types = op.infer_type(in_types)
         for name, data_type in zip(node.outputs, out_types):
             if name:

@@ -10,6 +10,11 @@ where a producer's format differs inserts a ``pplpy::Reorder`` node.  ``(value, 
 reordered value`` is memoised, so a value read by several consumers in the same format is
 reordered once.  Names stay readable: ``ReorderInput_<value>_of_<node>``.  Formats are chosen
 once, from ranks and constant shapes, and hold for every input shape a run may feed.
+
+The N16CX padding rule: an op context defined outside pplpy (a plugin) gets NDARRAY for its
+inputs and outputs, whatever its ``select_format`` says, unless a class of the plugin sets
+``keeps_padding_finite = True`` (an element-wise ``1/x`` would turn N16CX's zero padding
+lanes into inf and the next Conv's sums into NaN).
 """
 
 from pplpy.common.data_format import DataFormat
@@ -23,6 +28,20 @@ def reorder_node(graph, name, src, dst, src_format, dst_format):
     """A pplpy::Reorder node converting value ``src`` into ``dst``."""
     return Node(graph.unique_name(name), "Reorder", REORDER_DOMAIN, 1, [src], [dst],
                 ReorderParam(src=src_format, dst=dst_format))
+
+
+def may_use_blocked_format(cls):
+    """Whether op contexts of ``cls`` may run in N16CX: pplpy's own always may; a plugin's
+    only if one of its own classes (not pplpy's base classes) declares
+    ``keeps_padding_finite = True``."""
+    if cls.__module__.split(".")[0] == "pplpy":
+        return True
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] == "pplpy":
+            continue
+        if "keeps_padding_finite" in vars(klass):
+            return bool(vars(klass)["keeps_padding_finite"])
+    return False
 
 
 def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
@@ -63,6 +82,9 @@ def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
                       for name in node.inputs]
         in_shapes = [shapes.get(name) if name else None for name in node.inputs]
         wanted, out_formats = op.select_format(in_formats, in_shapes)
+        if not may_use_blocked_format(type(op)):
+            wanted = [DataFormat.NDARRAY for _ in wanted]
+            out_formats = [DataFormat.NDARRAY for _ in out_formats]
         for i, (name, have, want) in enumerate(zip(node.inputs, in_formats, wanted)):
             if name and have is not want:
                 graph.set_input(node, i, reorder(name, want, node))

@@ -1,0 +1,1 @@
+include "_rnn_fp32.pxi"

@@ -1,0 +1,116 @@
+"""The _index and _cast impl modules and _copy's pad step against numpy, on 1 and 2 threads,
+with sizes past the parallel thresholds."""
+
+import numpy as np
+import pytest
+
+from pplpy.engines.x86.impls import _cast, _copy, _index
+
+RNG = np.random.default_rng(3)
+THREADS = [1, 2]
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad(mode, num_threads):
+    x = RNG.standard_normal((70, 30, 40)).astype(np.float32)
+    pads = [(2, 1), (0, -3), (5, 7)]
+    want = np.pad(x[:, :27], [(2, 1), (0, 0), (5, 7)], mode=mode,
+                  **({"constant_values": 9} if mode == "constant" else {}))
+    y = np.empty(want.shape, np.float32)
+    _copy.pad(x, pads, y, mode, 9, num_threads)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_pad_table_rejects_reads_outside():
+    with pytest.raises(ValueError):
+        _copy.make_pad_step(0, 0, 0, 4, [3], [np.array([0, 3])])
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.bool_, np.float16])
+def test_gather_elements(dtype, num_threads):
+    data = (RNG.standard_normal((300, 400)) * 10).astype(dtype)
+    idx = RNG.integers(-300, 300, (200, 400)).astype(np.int32)
+    y = np.empty(idx.shape, data.dtype)
+    _index.gather_elements(data, idx, 0, y, num_threads)
+    np.testing.assert_array_equal(y, np.take_along_axis(data, idx % 300, 0))
+
+
+def test_gather_elements_out_of_range_gives_zeros():
+    data = np.ones((2, 3), np.float32)
+    y = np.empty((2, 3), np.float32)
+    _index.gather_elements(data, np.array([[0, 5, -9], [1, 1, 1]], np.int64), 0, y)
+    np.testing.assert_array_equal(y, [[1, 0, 0], [1, 1, 1]])
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_nd(reduction, num_threads):
+    data = RNG.standard_normal((1000, 80)).astype(np.float64)
+    idx = RNG.integers(-1000, 1000, (300, 1)).astype(np.int64)
+    upd = RNG.standard_normal((300, 80))
+    want = data.copy()
+    for j, (r,) in enumerate(idx % 1000):
+        u = upd[j]
+        want[r] = {"none": u, "add": want[r] + u, "mul": want[r] * u,
+                   "max": np.maximum(want[r], u), "min": np.minimum(want[r], u)}[reduction]
+    y = np.empty_like(data)
+    _index.scatter_nd(data, idx, upd, y, reduction, num_threads)
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_scatter_elements_skips_out_of_range(num_threads):
+    data = np.zeros((400, 300), np.int32)
+    idx = np.full((2, 300), 1000, np.int64)
+    idx[0, 0] = 5
+    y = np.empty_like(data)
+    _index.scatter_elements(data, idx, np.ones((2, 300), np.int32), 0, y, "add", num_threads)
+    assert y.sum() == 1 and y[5, 0] == 1
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_gather_nd_batch(num_threads):
+    data = RNG.standard_normal((4, 500, 70)).astype(np.float32)
+    idx = RNG.integers(0, 500, (4, 300, 1)).astype(np.int64)
+    y = np.empty((4, 300, 70), np.float32)
+    _index.gather_nd(data, idx, 1, y, num_threads)
+    np.testing.assert_array_equal(y, np.stack([data[b][idx[b, :, 0]] for b in range(4)]))
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint64, np.int8])
+def test_topk(dtype, num_threads):
+    x = np.abs(RNG.standard_normal((300, 257)) * 20).astype(dtype)
+    k = 9
+    v = np.empty((300, k), dtype)
+    i = np.empty((300, k), np.int64)
+    _index.topk(x, k, 1, v, i, True, num_threads)
+    order = np.argsort(-x.astype(np.float64), axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(i, order)
+    np.testing.assert_array_equal(v, np.take_along_axis(x, order, 1))
+
+
+def test_nonzero():
+    x = np.array([[0.0, -0.0, 2.0], [np.nan, 0.0, 1.0]], np.float32)
+    y = np.empty((2, 3), np.int64)
+    _index.nonzero(x, y)
+    np.testing.assert_array_equal(y, np.array(np.nonzero(x)))
+
+
+TYPES = [np.float32, np.float64, np.float16, np.int8, np.uint8, np.int16, np.uint16, np.int32,
+         np.uint32, np.int64, np.uint64, np.bool_]
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("src", TYPES)
+@pytest.mark.parametrize("dst", TYPES)
+def test_cast(src, dst, num_threads):
+    x = (RNG.standard_normal(70000) * 60).astype(np.float32)
+    if not np.issubdtype(src, np.floating) or not np.issubdtype(dst, np.floating):
+        x = np.abs(x)  # C and numpy agree on in-range values only
+    x = x.astype(src)
+    y = np.empty(x.shape, dst)
+    _cast.cast(x, y, num_threads)
+    np.testing.assert_array_equal(y, x.astype(dst))
