@@ -218,14 +218,22 @@ def _scalar_pass(impl, code, a, scalar, y):
                             [1], [0])
 
 
+def _strides(dims, out):
+    """broadcast_strides, after dropping leading 1s that exceed the output's rank (a scalar
+    constant may arrive as [1] for a [] output)."""
+    dims = tuple(dims)
+    while len(dims) > len(out) and dims[0] == 1:
+        dims = dims[1:]
+    return broadcast_strides(dims, out)
+
+
 def _passes(impl, code, a, b, y, keep):
     """The passes computing y = a op b in the formats the op context chose."""
     sy = y.shape
     if sy.data_format is not DataFormat.N16CX:
         out = tuple(sy.dims)
         return [impl.binary_pass(code, a.address, a.array.size, b.address, b.array.size, out,
-                                 broadcast_strides(a.shape.dims, out),
-                                 broadcast_strides(b.shape.dims, out))]
+                                 _strides(a.shape.dims, out), _strides(b.shape.dims, out))]
     a_blocked = a.shape.data_format is DataFormat.N16CX
     b_blocked = b.shape.data_format is DataFormat.N16CX
     channels = sy.dims[1]
