@@ -7,6 +7,7 @@ fills them from a NodeProto and ``==`` / ``hash`` let passes compare nodes (CSE)
 from pplpy.params.onnx.activation_param import ClipParam, LeakyReluParam
 from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam, DropoutParam
 from pplpy.params.onnx.conv_param import ConvParam
+from pplpy.params.onnx.conv_transpose_param import ConvTransposeParam, LpPoolParam, MaxUnpoolParam  # noqa: F401,E501
 from pplpy.params.onnx.gemm_param import GemmParam
 from pplpy.params.onnx.indexing_param import GatherParam, ShapeParam, SliceParam, SqueezeParam
 from pplpy.params.onnx.layer_norm_param import (
@@ -43,6 +44,7 @@ from pplpy.params.onnx.normalization_param import (
 from pplpy.params.onnx.pooling_param import AveragePoolParam, MaxPoolParam
 from pplpy.params.onnx.reduce_param import ArgReduceParam, CumSumParam, ReduceAxesInputParam, ReduceParam  # noqa: F401,E501
 from pplpy.params.onnx.rnn_param import GRUParam, LSTMParam, RNNParam  # noqa: F401
+from pplpy.params.onnx.resize_param import NonMaxSuppressionParam, Resize10Param, Resize18Param, ResizeParam, RoiAlign10Param, RoiAlignParam, UpsampleParam, Upsample9Param  # noqa: F401,E501
 from pplpy.params.onnx.shape_param import (
     ConcatParam,
     FlattenParam,

@@ -1,0 +1,6 @@
+# deconv_fp32 for the fma tier: the body is _deconv_fp32.pxi, vectors of 8 floats.
+cdef extern from *:
+    """
+    #define PPL_VLEN 8
+    """
+include "_deconv_fp32.pxi"

@@ -1,0 +1,2 @@
+# Resize, RoiAlign and NonMaxSuppression kernels, fma build: the body is _resize_fp32.pxi.
+include "_resize_fp32.pxi"
