@@ -139,6 +139,9 @@ def symbolic_dims(probe_a, probe_b, symbol_of):
     merged = {}
     for name, dims_a in probe_a.items():
         dims_b = probe_b.get(name)
+        if dims_b == dims_a:  # static
+            merged[name] = dims_a
+            continue
         if dims_b is None or len(dims_b) != len(dims_a):
             merged[name] = tuple(None for _ in dims_a)
             continue
