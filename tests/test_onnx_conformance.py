@@ -49,6 +49,36 @@ EXCLUDES = {
     **{f"test_cumsum_{v}": "float64 input: CumSum runs on float32, int32 and int64"
        for v in ("1d", "1d_exclusive", "1d_reverse", "1d_reverse_exclusive", "2d_axis_0",
                  "2d_axis_1", "2d_negative_axis")},
+    # Attention, RotaryEmbedding, Einsum, QuantizeLinear/DequantizeLinear, random ops.
+    **{f"test_attention_{v}": "float16/bfloat16 Attention: pplpy's Attention runs on float32"
+       for v in ("4d_fp16", "4d_gqa_with_past_and_present_fp16", "4d_causal_bf16",
+                 "4d_causal_fp16", "4d_padded_kv_bf16", "4d_causal_padded_kv_bf16",
+                 "4d_attn_mask_causal_bf16", "3d_causal_bf16",
+                 "4d_gqa_causal_nonpad_decode_fp16", "24_qk_matmul_output_mode3_softmax_precision",
+                 "local_window_ext_cache_float16_mask")},
+    **{f"test_einsum_{v}_bfloat16": "bfloat16 is no pplpy element type"
+       for v in ("batch_matmul", "sum", "transpose")},
+    **{f"test_{op}_{t}": "float8/int4/int2/float4 element types are no pplpy types"
+       for op in ("quantizelinear", "dequantizelinear")
+       for t in ("e4m3fn", "e5m2", "uint4", "int4", "uint2", "int2", "float4e2m1")},
+    "test_dequantizelinear_e4m3fn_float16": "float8 and float16 are no pplpy math types",
+    "test_dequantizelinear_e4m3fn_zero_point": "float8 is no pplpy element type",
+    "test_dequantizelinear_blocked": "blocked (block_size) quantization is not supported",
+    "test_quantizelinear_blocked_asymmetric": "blocked (block_size) quantization is not "
+                                              "supported",
+    "test_quantizelinear_blocked_symmetric": "blocked (block_size) quantization is not "
+                                             "supported",
+}
+
+# case name -> why its values are not compared: the reference draws them at random (ONNX
+# fixes the distribution, not the generator), so only the dtype, the shape and the values'
+# range are checked.
+SHAPE_ONLY = {
+    **{name: "Bernoulli's values are random; checked: dtype, shape, values in {0, 1}"
+       for name in ("test_bernoulli", "test_bernoulli_double", "test_bernoulli_seed")},
+    **{f"{name}_expanded": "RandomUniformLike's values are random; checked: dtype, shape, "
+                           "values in {0, 1}"
+       for name in ("test_bernoulli", "test_bernoulli_double", "test_bernoulli_seed")},
 }
 # Element types pplpy has no tensors of: a model using them fails to load with a pplpy error.
 _NO_SUCH_TYPE = ("BFLOAT16", "FLOAT8", "INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
@@ -121,5 +151,8 @@ def test_conformance(case, isa, tmp_path):
             want = _array(want)
             assert got.dtype == want.dtype, name
             assert got.shape == want.shape, name
+            if case.name in SHAPE_ONLY:
+                assert np.isin(got, [0, 1]).all(), name
+                continue
             np.testing.assert_allclose(got, want, rtol=case.rtol, atol=max(case.atol, 1e-6),
                                        err_msg=f"{case.name}: output {name}")

@@ -95,7 +95,8 @@ def graph_rewrites(state):
     before = len(state.graph)
     pm = state.pass_manager
     start = len(pm.log)
-    pm.run(state.graph, PassContext(evaluate=state.engine.evaluate))
+    pm.run(state.graph, PassContext(evaluate=state.engine.evaluate,
+                                    is_deterministic=state.engine.is_deterministic))
     state.rewrites = sum(changes for _, changes in pm.log[start:])
     return f"{state.rewrites} changes, {before} -> {len(state.graph)} nodes"
 

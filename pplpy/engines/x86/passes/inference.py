@@ -49,6 +49,8 @@ def infer_types(nodes, ops, known):
 
 def host_evaluable(node, op, types, shapes, values):
     """Whether ``node`` is computed on the host when a plan is made (see module doc)."""
+    if not op.deterministic:
+        return False
     if getattr(op, "computes_from_shapes", False):  # Shape, Size: only the input's dims
         return all(shapes.get(name) is not None for name in node.inputs if name)
     for name in node.inputs:

@@ -1,0 +1,1 @@
+include "_attention_fp32.pxi"
