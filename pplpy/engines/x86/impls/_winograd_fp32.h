@@ -95,12 +95,10 @@ static __attribute__((unused)) void ppl_wino_output_tile(const float *m, ptrdiff
             ppl_wino_at(t[i], r);
             float *row = y + ((oh0 + i) * OW + ow0) * PPL_CB + cv * PPL_VLEN;
             for (int j = 0; j < nw; j++)
-                ppl_store(row + j * PPL_CB, ppl_post_vec(r[j] + b, post_op, p0, p1));
+                ppl_store(row + j * PPL_CB,
+                          ppl_apply_activation_compact(r[j] + b, post_op, p0, p1));
         }
     }
-    if (post_op == PPL_POST_SIGMOID)
-        for (int i = 0; i < nh; i++)
-            ppl_post_sigmoid(y + ((oh0 + i) * OW + ow0) * PPL_CB, (ptrdiff_t)nw * PPL_CB);
 }
 
 #endif /* PPL_WINOGRAD_FP32_H */

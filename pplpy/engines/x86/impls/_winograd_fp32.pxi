@@ -30,6 +30,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
 
 include "_brgemm_fp32.pxi"
@@ -200,7 +201,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
         raise ValueError(f"make_winograd_conv_step: bad shapes batch={batch} in_c={in_c} "
                          f"out_c={out_c} H={H} W={W} OH={OH} OW={OW} pads=({pad_top}, "
                          f"{pad_left})")
-    if post_op < 0 or post_op > 4:
+    if post_op < 0 or post_op > max(PostOp):
         raise ValueError(f"make_winograd_conv_step: unknown post_op {post_op}")
     if (not isinstance(packed_w, dict) or packed_w.get("kind") != "winograd_f4x3"
             or packed_w["oc"] != out_c or packed_w["ic"] != in_c):

@@ -38,6 +38,14 @@ def conv3x3_ref(x, w, b, pads, out_hw):
     return y if b is None else y + b[None, :, None, None]
 
 
+def activation_ref(y, post_op, p0, p1):
+    if post_op == PostOp.TANH:
+        return np.tanh(y)
+    if post_op == PostOp.HARD_SWISH:
+        return y * np.clip(y / 6 + 0.5, 0, 1)
+    return post_op_reference(y, post_op, p0, p1)
+
+
 def run_wino(wino, x, wt, b, pads, pads_end, post_op=PostOp.NONE, p0=0.0, p1=0.0, threads=1,
              tiles_per_item=0):
     n, ic, h, w = x.shape
@@ -61,7 +69,7 @@ def check_case(wino, rng, n, ic, oc, h, w, pads, pads_end=None, bias=True, post_
     b = rng.standard_normal(oc, dtype=np.float32) if bias else None
     y, out_hw = run_wino(wino, x, wt, b, pads, pads_end, post_op, p0, p1, threads,
                          tiles_per_item)
-    ref = post_op_reference(conv3x3_ref(x, wt, b, pads, out_hw), post_op, p0, p1)
+    ref = activation_ref(conv3x3_ref(x, wt, b, pads, out_hw), post_op, p0, p1)
     # F(4x4, 3x3) loses a few bits more than a direct sum: its error grows with the output
     # magnitude, about sqrt(9 * ic) here.
     scale = np.sqrt(ic * 9) + 1
@@ -90,7 +98,8 @@ def test_winograd_matches_reference(wino, case):
 
 
 @pytest.mark.parametrize("post_op,p0,p1", [(PostOp.RELU, 0, 0), (PostOp.LEAKY_RELU, 0.1, 0),
-                                           (PostOp.CLIP, -0.5, 1.5), (PostOp.SIGMOID, 0, 0)])
+                                           (PostOp.CLIP, -0.5, 1.5), (PostOp.SIGMOID, 0, 0),
+                                           (PostOp.TANH, 0, 0), (PostOp.HARD_SWISH, 0, 0)])
 def test_winograd_post_ops(wino, post_op, p0, p1):
     rng = np.random.default_rng(int(post_op))
     check_case(wino, rng, 1, 24, 24, 7, 9, (1, 1), post_op=post_op, p0=p0, p1=p1)
