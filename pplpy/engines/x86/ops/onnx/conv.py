@@ -9,10 +9,11 @@ Algorithms, chosen per layer when the kernel is made (``ConvKernel.algorithm``, 
 ``pplnn --dump-graph`` and the profiler):
 
 - ``"winograd_f4x3"``: Winograd F(4x4, 3x3) (impls/_winograd_fp32.pxi), for a 2-D 3x3 conv
-  with stride 1, dilation 1, group 1, a constant weight, at least 16 input and 16 output
-  channels and an output of at least 6x6 (where known when the kernel is made).  4x fewer
-  multiply-adds; measured 2.5x faster than direct on ResNet's 64->64 56x56 layer (one
-  thread, avx512).  Its packed weight is 4x the raw one (36 instead of 9 values per pair).
+  with stride 1, dilation 1, group 1, a constant weight, 16 to 256 input and output channels
+  and an output of at least 6x6 (14x14 past 128x128 channels), where known when the kernel
+  is made (see choose_algorithm).  4x fewer multiply-adds; measured 2.5x faster than direct
+  on ResNet's 64->64 56x56 layer (one thread, avx512).  Its packed weight is 4x the raw one
+  (36 instead of 9 values per channel pair).
 - ``"direct"``: direct N16CX convolution on brgemm (impls/_conv_fp32.pxi), everything else.
 
 ``PPLPY_CONV_ALGO=direct|winograd|auto`` (read when the kernel is made; default auto) forces
@@ -41,10 +42,15 @@ def _as_2d(shape_dims, values, fill):
 
 
 ALGORITHMS = ("direct", "winograd", "auto")
-# Winograd needs enough channels to feed its 36 GEMMs and enough tiles to amortise its 4x
-# larger weight (512->512 at 4x4, one tile, measured no faster than direct).
+# Where Winograd pays (one thread, avx512, vs direct): it needs channels to feed its 36 GEMMs
+# and tiles to amortise its 4x larger weight, which each work item streams.  Measured:
+# 64->64 at 56x56 2.5x, 128->128 at 28x28 3.1x, 256->256 at 14x14 1.75x but at 7x7 1.1x,
+# 512->512 at 7x7 0.45-0.85x and at 14x14 0.95x (its 38 MB weight streams from memory).
 WINOGRAD_MIN_CHANNELS = 16
-WINOGRAD_MIN_OUTPUT = 6
+WINOGRAD_MIN_OUTPUT = 6            # output height and width
+WINOGRAD_MAX_WEIGHT = 256 * 256    # ic * oc
+WINOGRAD_LARGE_WEIGHT = 128 * 128  # ic * oc above which the output needs ...
+WINOGRAD_LARGE_MIN_PIXELS = 14 * 14  # ... this many pixels
 
 
 def choose_algorithm(param, x_dims, w_dims, weight_constant, out_spatial=None, forced=None):
@@ -62,9 +68,13 @@ def choose_algorithm(param, x_dims, w_dims, weight_constant, out_spatial=None, f
     if forced == "winograd":
         return "winograd_f4x3"
     oc, ic = w_dims[0], w_dims[1]
-    small = [d for d in (out_spatial or ()) if d < WINOGRAD_MIN_OUTPUT]
-    if min(ic, oc) < WINOGRAD_MIN_CHANNELS or small:
+    if min(ic, oc) < WINOGRAD_MIN_CHANNELS or ic * oc > WINOGRAD_MAX_WEIGHT:
         return "direct"
+    if out_spatial is not None:  # else unknown when the kernel is made: assume large
+        oh, ow = out_spatial
+        if min(oh, ow) < WINOGRAD_MIN_OUTPUT or (
+                ic * oc > WINOGRAD_LARGE_WEIGHT and oh * ow < WINOGRAD_LARGE_MIN_PIXELS):
+            return "direct"
     return "winograd_f4x3"
 
 
