@@ -1,0 +1,281 @@
+"""Model-sized graphs in the forms ``torch.onnx.export`` writes, built with ``onnx.helper``.
+
+Each builder returns a ``ModelProto`` with random weights from a fixed seed: a BERT-style
+encoder layer and a GPT-2-style decoder layer with a symbolic batch and sequence axis (shape
+subgraphs Shape -> Gather -> Unsqueeze -> Concat -> Reshape, Linear as MatMul + Add with the
+bias first, scalar constants as Constant nodes, as the exporter writes them), and a
+MobileNetV3-style and a ShuffleNetV2-style block (BatchNorm folded into Conv, as exported in
+eval mode).
+"""
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+FLOAT = TensorProto.FLOAT
+INT64 = TensorProto.INT64
+OPSET = 17
+FLOAT_MIN = float(np.finfo(np.float32).min)  # PyTorch's mask fill value
+
+
+class GraphBuilder:
+    """Collects nodes and initializers; each method adds one exporter-style pattern and returns
+    the name of its output."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes = []
+        self.initializers = []
+        self._count = {}
+
+    def _name(self, stem):
+        n = self._count.get(stem, 0)
+        self._count[stem] = n + 1
+        return f"/{stem}_{n}"
+
+    def node(self, op_type, inputs, num_outputs=1, **attrs):
+        name = self._name(op_type)
+        outputs = [f"{name}_output_{i}" for i in range(num_outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, **attrs))
+        return outputs[0] if num_outputs == 1 else outputs
+
+    def const(self, value, dtype=np.float32):
+        """A Constant node, as the exporter writes scalars and shape pieces."""
+        tensor = numpy_helper.from_array(np.asarray(value, dtype), self._name("const"))
+        return self.node("Constant", [], value=tensor)
+
+    def weight(self, name, shape, scale=None, offset=0.0):
+        scale = 1.0 / math.sqrt(shape[0]) if scale is None else scale
+        array = (offset + scale * self.rng.standard_normal(shape)).astype(np.float32)
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    # ---- transformer pieces ----
+
+    def linear(self, x, prefix, n_in, n_out):
+        """torch.nn.Linear: MatMul(x, W^T) then Add(bias, ...)."""
+        w = self.weight(f"{prefix}.weight_T", (n_in, n_out))
+        b = self.weight(f"{prefix}.bias", (n_out,), scale=0.1)
+        return self.node("Add", [b, self.node("MatMul", [x, w])])
+
+    def dim(self, x, axis):
+        """Shape -> Gather(axis) -> Unsqueeze(0): one dim of ``x`` as a 1-D int64 tensor."""
+        d = self.node("Gather", [self.node("Shape", [x]), self.const(axis, np.int64)], axis=0)
+        return self.node("Unsqueeze", [d, self.const([0], np.int64)])
+
+    def concat_shape(self, *pieces):
+        """Concat of 1-D int64 pieces; ints become Constant nodes."""
+        parts = [self.const([p], np.int64) if isinstance(p, int) else p for p in pieces]
+        return self.node("Concat", parts, axis=0)
+
+    def split_heads(self, x, batch, seq, heads, head_dim, perm):
+        shape = self.concat_shape(batch, seq, heads, head_dim)
+        return self.node("Transpose", [self.node("Reshape", [x, shape])], perm=perm)
+
+    def merge_heads(self, x, batch, seq, hidden):
+        x = self.node("Transpose", [x], perm=[0, 2, 1, 3])
+        return self.node("Reshape", [x, self.concat_shape(batch, seq, hidden)])
+
+    def layer_norm(self, x, prefix, hidden, form):
+        gamma = self.weight(f"{prefix}.weight", (hidden,), scale=0.1, offset=1.0)
+        beta = self.weight(f"{prefix}.bias", (hidden,), scale=0.1)
+        if form == "fused":
+            return self.node("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
+        # The decomposed form older exporters and hand-written LayerNorms give.
+        mean = self.node("ReduceMean", [x], axes=[-1], keepdims=1)
+        d = self.node("Sub", [x, mean])
+        var = self.node("ReduceMean", [self.node("Pow", [d, self.const(2.0)])], axes=[-1],
+                        keepdims=1)
+        std = self.node("Sqrt", [self.node("Add", [var, self.const(1e-5)])])
+        y = self.node("Mul", [self.node("Div", [d, std]), gamma])
+        return self.node("Add", [y, beta])
+
+    def gelu(self, x, form):
+        if form == "erf":  # torch.nn.GELU(): x * 0.5 * (1 + erf(x / sqrt(2)))
+            e = self.node("Erf", [self.node("Div", [x, self.const(math.sqrt(2.0))])])
+            y = self.node("Mul", [x, self.node("Add", [e, self.const(1.0)])])
+            return self.node("Mul", [y, self.const(0.5)])
+        # GPT-2's gelu_new: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+        half = self.node("Mul", [self.const(0.5), x])
+        cube = self.node("Mul", [self.const(0.044715), self.node("Pow", [x, self.const(3.0)])])
+        inner = self.node("Mul", [self.const(math.sqrt(2.0 / math.pi)),
+                                  self.node("Add", [x, cube])])
+        return self.node("Mul", [half, self.node("Add", [self.const(1.0),
+                                                         self.node("Tanh", [inner])])])
+
+    def model(self, inputs, outputs, name):
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                  producer_name="pytorch")
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def bert_encoder_layer(ln="fused", gelu="erf", mask="cast", hidden=64, heads=4, ffn=256,
+                       seed=0):
+    """A BERT encoder layer: inputs ``hidden_states`` [batch, seq, hidden] float and
+    ``attention_mask`` [batch, seq] int64 (1 = token, 0 = padding); output ``output``.
+
+    ``mask="cast"``: HF's extended mask, (1 - Cast(mask)) * finfo.min; ``mask="where"``:
+    Where(Equal(mask, 0), finfo.min, 0) expanded to [batch, 1, seq, seq] through a shape
+    subgraph.  ``ln``: "fused" LayerNormalization or "decomposed" ReduceMean/Sub/Pow/Sqrt/Div;
+    ``gelu``: "erf" or "tanh" form.
+    """
+    g = GraphBuilder(seed)
+    head_dim = hidden // heads
+    x, attn = "hidden_states", "attention_mask"
+    batch, seq = g.dim(x, 0), g.dim(x, 1)
+
+    q = g.split_heads(g.linear(x, "attention.self.query", hidden, hidden), batch, seq, heads,
+                      head_dim, [0, 2, 1, 3])
+    k = g.split_heads(g.linear(x, "attention.self.key", hidden, hidden), batch, seq, heads,
+                      head_dim, [0, 2, 3, 1])
+    v = g.split_heads(g.linear(x, "attention.self.value", hidden, hidden), batch, seq, heads,
+                      head_dim, [0, 2, 1, 3])
+    scores = g.node("Div", [g.node("MatMul", [q, k]), g.const(math.sqrt(head_dim))])
+
+    m = g.node("Unsqueeze", [g.node("Unsqueeze", [attn, g.const([1], np.int64)]),
+                             g.const([2], np.int64)])  # [batch, 1, 1, seq]
+    if mask == "cast":
+        m = g.node("Cast", [m], to=FLOAT)
+        additive = g.node("Mul", [g.node("Sub", [g.const(1.0), m]), g.const(FLOAT_MIN)])
+    else:
+        is_pad = g.node("Equal", [m, g.const(0, np.int64)])
+        additive = g.node("Where", [is_pad, g.const(FLOAT_MIN), g.const(0.0)])
+        additive = g.node("Expand", [additive, g.concat_shape(batch, 1, seq, seq)])
+    probs = g.node("Softmax", [g.node("Add", [scores, additive])], axis=-1)
+    context = g.merge_heads(g.node("MatMul", [probs, v]), batch, seq, hidden)
+
+    attn_out = g.linear(context, "attention.output.dense", hidden, hidden)
+    h = g.layer_norm(g.node("Add", [attn_out, x]), "attention.output.LayerNorm", hidden, ln)
+    inter = g.gelu(g.linear(h, "intermediate.dense", hidden, ffn), gelu)
+    out = g.node("Add", [g.linear(inter, "output.dense", ffn, hidden), h])
+    out = g.layer_norm(out, "output.LayerNorm", hidden, ln)
+    g.nodes.append(helper.make_node("Identity", [out], ["output"], name="/output_Identity"))
+    return g.model(
+        [helper.make_tensor_value_info(x, FLOAT, ["batch", "seq", hidden]),
+         helper.make_tensor_value_info(attn, INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("output", FLOAT, ["batch", "seq", hidden])],
+        "bert_layer")
+
+
+def gpt2_decoder_layer(causal="trilu", hidden=64, heads=4, vocab=100, max_pos=32, seed=1):
+    """A GPT-2 block with its embeddings: input ``input_ids`` [batch, seq] int64, output
+    ``output`` [batch, seq, hidden].
+
+    Token and position embeddings (Gather, positions from Range), LayerNorm before attention
+    and MLP, c_attn as one MatMul split into q/k/v, a causal mask applied with Where:
+    ``causal="trilu"`` builds it as Trilu(ConstantOfShape([seq, seq], true)) and
+    ``causal="range"`` as Less(Range(seq)[:, None], Range(seq)[None, :]); MLP with the Tanh
+    form of GELU.
+    """
+    g = GraphBuilder(seed)
+    head_dim = hidden // heads
+    ids = "input_ids"
+    batch, seq = g.dim(ids, 0), g.dim(ids, 1)
+    seq_scalar = g.node("Gather", [g.node("Shape", [ids]), g.const(1, np.int64)], axis=0)
+
+    wte = g.weight("wte.weight", (vocab, hidden), scale=0.5)
+    wpe = g.weight("wpe.weight", (max_pos, hidden), scale=0.1)
+    positions = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
+    pos = g.node("Unsqueeze", [positions, g.const([0], np.int64)])
+    x = g.node("Add", [g.node("Gather", [wte, ids]), g.node("Gather", [wpe, pos])])
+
+    h = g.layer_norm(x, "ln_1", hidden, "fused")
+    qkv = g.linear(h, "attn.c_attn", hidden, 3 * hidden)
+    q, k, v = g.node("Split", [qkv, g.const([hidden] * 3, np.int64)], num_outputs=3, axis=2)
+    q = g.split_heads(q, batch, seq, heads, head_dim, [0, 2, 1, 3])
+    k = g.split_heads(k, batch, seq, heads, head_dim, [0, 2, 3, 1])
+    v = g.split_heads(v, batch, seq, heads, head_dim, [0, 2, 1, 3])
+    scores = g.node("Div", [g.node("MatMul", [q, k]), g.const(math.sqrt(head_dim))])
+
+    if causal == "trilu":
+        ones = g.node("ConstantOfShape", [g.concat_shape(seq, seq)],
+                      value=helper.make_tensor("value", TensorProto.BOOL, [1], [True]))
+        allowed = g.node("Trilu", [ones], upper=0)
+        scores = g.node("Where", [allowed, scores, g.const(FLOAT_MIN)])
+    else:
+        r = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
+        rows = g.node("Unsqueeze", [r, g.const([1], np.int64)])
+        cols = g.node("Unsqueeze", [r, g.const([0], np.int64)])
+        future = g.node("Less", [rows, cols])
+        scores = g.node("Where", [future, g.const(FLOAT_MIN), scores])
+    probs = g.node("Softmax", [scores], axis=-1)
+    context = g.merge_heads(g.node("MatMul", [probs, v]), batch, seq, hidden)
+    x = g.node("Add", [x, g.linear(context, "attn.c_proj", hidden, hidden)])
+
+    h = g.layer_norm(x, "ln_2", hidden, "fused")
+    h = g.gelu(g.linear(h, "mlp.c_fc", hidden, 4 * hidden), "tanh")
+    out = g.node("Add", [x, g.linear(h, "mlp.c_proj", 4 * hidden, hidden)])
+    g.nodes.append(helper.make_node("Identity", [out], ["output"], name="/output_Identity"))
+    return g.model(
+        [helper.make_tensor_value_info(ids, INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("output", FLOAT, ["batch", "seq", hidden])],
+        "gpt2_layer")
+
+
+# ---- CNN blocks ----
+
+def _conv(g, x, prefix, c_in, c_out, kernel=1, group=1, stride=1):
+    """Conv with bias (BatchNorm folded in, as exported in eval mode)."""
+    w = g.weight(f"{prefix}.weight", (c_out, c_in // group, kernel, kernel),
+                 scale=1.0 / math.sqrt(c_in // group * kernel * kernel))
+    b = g.weight(f"{prefix}.bias", (c_out,), scale=0.1)
+    pad = kernel // 2
+    return g.node("Conv", [x, w, b], kernel_shape=[kernel, kernel], pads=[pad] * 4,
+                  strides=[stride, stride], group=group, dilations=[1, 1])
+
+
+def mobilenetv3_block(channels=24, expand=72, squeeze=24, size=14, batch=1, seed=2):
+    """A 1x1 Conv-HardSwish stem (the previous layer, so the residual reads a convolution's
+    output) then a MobileNetV3 inverted residual with squeeze-excite (stride 1, HardSwish):
+    input ``input`` [batch, channels, size, size], output ``output`` of the same shape."""
+    g = GraphBuilder(seed)
+    x = g.node("HardSwish", [_conv(g, "input", "stem", channels, channels)])
+    h = g.node("HardSwish", [_conv(g, x, "block.0", channels, expand)])
+    h = g.node("HardSwish", [_conv(g, h, "block.1", expand, expand, kernel=3, group=expand)])
+    s = g.node("GlobalAveragePool", [h])
+    s = g.node("Relu", [_conv(g, s, "block.2.fc1", expand, squeeze)])
+    s = g.node("HardSigmoid", [_conv(g, s, "block.2.fc2", squeeze, expand)],
+               alpha=1.0 / 6.0, beta=0.5)
+    h = g.node("Mul", [s, h])
+    out = g.node("Add", [_conv(g, h, "block.3", expand, channels), x])
+    g.nodes.append(helper.make_node("Identity", [out], ["output"], name="/output_Identity"))
+    shape = [batch, channels, size, size]
+    return g.model([helper.make_tensor_value_info("input", FLOAT, shape)],
+                   [helper.make_tensor_value_info("output", FLOAT, shape)], "mobilenetv3_block")
+
+
+def shufflenetv2_block(split="split", channels=48, size=14, batch=1, seed=3):
+    """A 1x1 Conv-Relu stem (the previous layer, so the first unit reads a convolution's
+    output) then two ShuffleNetV2 units (stride 1): x1, x2 = chunk(x, 2, dim=1) by ``split``
+    ("split" or "slice"); branch2 = 1x1 Conv-Relu, 3x3 depthwise Conv, 1x1 Conv-Relu on x2;
+    Concat(x1, branch2); channel shuffle as Reshape -> Transpose -> Reshape.  The second unit
+    reads the first's shuffled output, so the shuffle sits between convolutions."""
+    g = GraphBuilder(seed)
+    half = channels // 2
+    x = g.node("Relu", [_conv(g, "input", "stem", channels, channels)])
+    for unit in range(2):
+        if split == "split":
+            x1, x2 = g.node("Split", [x, g.const([half, half], np.int64)], num_outputs=2,
+                            axis=1)
+        else:
+            axes = g.const([1], np.int64)
+            x1 = g.node("Slice", [x, g.const([0], np.int64), g.const([half], np.int64), axes])
+            x2 = g.node("Slice", [x, g.const([half], np.int64),
+                                  g.const([channels], np.int64), axes])
+        p = f"stage.{unit}.branch2"
+        b = g.node("Relu", [_conv(g, x2, f"{p}.0", half, half)])
+        b = _conv(g, b, f"{p}.3", half, half, kernel=3, group=half)
+        b = g.node("Relu", [_conv(g, b, f"{p}.5", half, half)])
+        y = g.node("Concat", [x1, b], axis=1)
+        y = g.node("Reshape", [y, g.const([batch, 2, half, size, size], np.int64)])
+        y = g.node("Transpose", [y], perm=[0, 2, 1, 3, 4])
+        x = g.node("Reshape", [y, g.const([batch, channels, size, size], np.int64)])
+    g.nodes.append(helper.make_node("Identity", [x], ["output"], name="/output_Identity"))
+    shape = [batch, channels, size, size]
+    return g.model([helper.make_tensor_value_info("input", FLOAT, shape)],
+                   [helper.make_tensor_value_info("output", FLOAT, shape)],
+                   "shufflenetv2_block")
