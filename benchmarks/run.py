@@ -11,8 +11,9 @@ time, in GFLOP/s and in percent of threads x the single-core FMA peak of pplpy's
 measured by benchmarks/peak.py; the largest relative difference of pplpy's first output from
 ORT's.  Then the geometric mean of the ratios per thread count.
 
-Timings on shared machines wander: every figure is a median, the engines run back to back on
-the same inputs, and ratios within one run are what to compare.  OpenVINO is pinned to fp32
+Timings on shared machines wander: every figure is a median, the engines are timed
+round-robin (one run of each per round) on the same inputs, and ratios within one run are
+what to compare.  OpenVINO is pinned to fp32
 (on a CPU with AVX512-BF16 or AMX it would otherwise compute in bf16).
 """
 
@@ -20,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 
@@ -43,9 +45,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse_threads(text):
+    """Thread counts from "1,2,all" or a YAML list, deduplicated in order."""
+    parts = text if isinstance(text, list) else str(text).split(",")
     out = []
-    for part in str(text).split(","):
-        t = os.cpu_count() if part.strip() == "all" else int(part)
+    for part in parts:
+        t = os.cpu_count() if str(part).strip() == "all" else int(part)
         if t not in out:
             out.append(t)
     return out
@@ -105,6 +109,7 @@ class Engines:
         options = self.ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # no warnings about the zoo's unused initializers
         sess = self.ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         names = {i.name for i in sess.get_inputs()}
         ort_feeds = {k: v for k, v in feeds.items() if k in names}
@@ -122,36 +127,51 @@ class Engines:
         return lambda: request.infer(ov_feeds)
 
 
+def interleaved_medians(runners, warmup, repeats):
+    """Median ms of each runner, timed round-robin (one run of each per round), so that a
+    burst of load from other processes hits every engine alike."""
+    for fn in runners.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in runners}
+    for _ in range(max(1, repeats)):
+        for name, fn in runners.items():
+            times[name].append(median_ms(fn, 0, 1))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def bench_model(name, path, threads_list, engines, args, peak_gflops, gflop):
     rows = []
     for threads in threads_list:
         row = {"model": name, "threads": threads, "gflop": gflop}
         rt = pplpy.load(path, num_threads=threads, max_isa=args.max_isa)
         feeds = make_feeds(rt)
+        runners = {"pplpy": lambda: rt.run(feeds)}
         ours = first_output(rt.run(feeds))
-        row["pplpy_ms"] = median_ms(lambda: rt.run(feeds), args.warmup, args.repeats)
         run_ort = engines.ort_runner(path, threads, feeds)
         if run_ort:
             want = first_output(run_ort())
             row["max_rel_err"] = float(np.max(np.abs(ours - want))
                                        / max(1e-12, float(np.max(np.abs(want)))))
-            row["ort_ms"] = median_ms(run_ort, args.warmup, args.repeats)
-            row["ort_ratio"] = row["ort_ms"] / row["pplpy_ms"]
-        run_ov = None
+            runners["ort"] = run_ort
         try:
             run_ov = engines.ov_runner(path, threads, feeds)
+            if run_ov:
+                runners["ov"] = run_ov
         except Exception as exc:  # noqa: BLE001 - an OpenVINO failure is reported, not fatal
             row["ov_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-        if run_ov:
-            row["ov_ms"] = median_ms(run_ov, args.warmup, args.repeats)
-            row["ov_ratio"] = row["ov_ms"] / row["pplpy_ms"]
+        for engine, ms in interleaved_medians(runners, args.warmup, args.repeats).items():
+            row[f"{engine}_ms"] = ms
+        for engine in ("ort", "ov"):
+            if f"{engine}_ms" in row:
+                row[f"{engine}_ratio"] = row[f"{engine}_ms"] / row["pplpy_ms"]
         row["pplpy_gflops"] = gflop / row["pplpy_ms"] * 1e3
         row["pplpy_peak_pct"] = 100 * row["pplpy_gflops"] / (peak_gflops * threads)
         if "ort_ms" in row:
             row["ort_peak_pct"] = 100 * gflop / row["ort_ms"] * 1e3 / (peak_gflops * threads)
         rows.append(row)
         print_row(row)
-        del rt
+        del rt, runners
     return rows
 
 
