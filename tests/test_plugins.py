@@ -227,7 +227,7 @@ def _backticked(text):
 def _source_corpus():
     files = [REPO / "setup.py"]
     for folder in (REPO / "pplpy", EXAMPLE):
-        for pattern in ("*.py", "*.pyx", "*.pxi", "*.pxd", "*.toml"):
+        for pattern in ("*.py", "*.pyx", "*.pxi", "*.pxd", "*.h", "*.toml"):
             files += folder.rglob(pattern)
     files += [EXAMPLE / "pyproject.toml"]
     return "\n".join(f.read_text() for f in files)

@@ -99,6 +99,14 @@ class VersionedRegistry:
                 return value
         return None
 
+    def find_entry(self, domain, op_type, opset):
+        """The VersionedEntry whose range covers ``opset``, or None."""
+        key = (normalize_domain(domain), op_type)
+        for first, last, value, provider in self._resolved.get(key, ()):
+            if first <= opset <= last:
+                return VersionedEntry(key[0], op_type, first, last, value, provider)
+        return None
+
     def entries_of(self, domain, op_type):
         """The resolved entries of one op, oldest first."""
         key = (normalize_domain(domain), op_type)

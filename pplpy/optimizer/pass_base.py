@@ -11,8 +11,9 @@ class PassContext:
     """What passes may use besides the graph: ``evaluate(node, inputs) -> outputs`` runs a
     node on constant inputs with an engine's kernels (None disables folding)."""
 
-    def __init__(self, evaluate=None):
+    def __init__(self, evaluate=None, is_deterministic=None):
         self.evaluate = evaluate
+        self.is_deterministic = is_deterministic  # node -> False for random ops
 
 
 class RewriteRule:

@@ -311,7 +311,8 @@ def is_inserted_reorder(node):
     return node.domain == REORDER_DOMAIN and node.op_type == "Reorder"
 
 
-def format_graph(graph, ops=None, tensor_shapes=None, title="after the x86 engine"):
+def format_graph(graph, ops=None, tensor_shapes=None, title="after the x86 engine",
+                 kernels=None):
     """A graph as text: nodes in run order with each value's type, dims (symbolic names where
     free) and format; Reorder nodes the engine inserted are marked with '*', fused post-ops
     and kernel algorithms are listed under their node."""
@@ -371,6 +372,9 @@ def format_graph(graph, ops=None, tensor_shapes=None, title="after the x86 engin
             listed = ", ".join(f"{PostOp(code).name.lower()}({p0:g}, {p1:g})"
                                for code, p0, p1 in post_ops)
             lines.append(f"{pad}post-ops  {listed}")
+        algorithm = getattr((kernels or {}).get(node), "algorithm", None)
+        if algorithm is not None:
+            lines.append(f"{pad}algorithm  {algorithm}")
     lines.append(f"reorders inserted: {reorders}")
     return "\n".join(lines)
 
@@ -480,7 +484,8 @@ def _run(argv):
 
         def on_pass(name, state):
             if name == args.dump_graph:
-                dumps.append(format_graph(state.graph, state.ops, title=f"after pass {name}"))
+                dumps.append(format_graph(state.graph, state.ops, title=f"after pass {name}",
+                                          kernels=getattr(state, "kernels", None)))
     else:
         on_pass = None
     engine = pplpy.X86Engine(max_isa=cap, num_threads=args.num_threads,
@@ -526,7 +531,7 @@ def _run(argv):
         for name, file, size in save_tensors(outputs, args.save_data_dir, "pplnn_output-"):
             print(f'saved output "{name}" to {file} ({size} bytes)')
     if args.dump_graph == "final":
-        print(format_graph(rt.graph, rt.result.ops, rt.tensor_shapes()))
+        print(format_graph(rt.graph, rt.result.ops, rt.tensor_shapes(), kernels=rt.result.kernels))
     for dump in dumps:
         print(dump)
 

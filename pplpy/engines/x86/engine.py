@@ -93,6 +93,11 @@ class X86Engine:
     def supports(self, node):
         return find_op(node.domain, node.op_type, node.opset) is not None
 
+    def is_deterministic(self, node):
+        """False for ops whose outputs are not a function of their inputs (random ops)."""
+        cls = find_op(node.domain, node.op_type, node.opset)
+        return cls is None or cls.deterministic
+
     def create_op(self, node, constants=None):
         cls = find_op(node.domain, node.op_type, node.opset)
         op = cls(node, self.options)

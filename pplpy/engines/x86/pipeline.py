@@ -49,8 +49,9 @@ def infer(state):
     name where it follows a free input dim, None where unknown.  Errors in a model's shapes
     surface here, before anything is built."""
     graph, ops = state.graph, state.ops
-    for node in graph.nodes:  # constants folded since the last inference
-        ops.setdefault(node, state.engine.create_op(node))
+    for node in graph.nodes:  # nodes added since the last inference
+        if node not in ops:
+            ops[node] = state.engine.create_op(node)
     for node in [n for n in ops if n not in graph]:
         del ops[node]
     for node, op in ops.items():
@@ -95,7 +96,8 @@ def graph_rewrites(state):
     before = len(state.graph)
     pm = state.pass_manager
     start = len(pm.log)
-    pm.run(state.graph, PassContext(evaluate=state.engine.evaluate))
+    pm.run(state.graph, PassContext(evaluate=state.engine.evaluate,
+                                    is_deterministic=state.engine.is_deterministic))
     state.rewrites = sum(changes for _, changes in pm.log[start:])
     return f"{state.rewrites} changes, {before} -> {len(state.graph)} nodes"
 

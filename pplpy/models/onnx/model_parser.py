@@ -180,23 +180,21 @@ def node_names(onnx_graph):
 
 def _check_text(onnx_graph):
     """Names, op types and domains are text (protobuf hands back bytes for invalid UTF-8)."""
-    def check(value, what):
-        if not isinstance(value, str):
-            raise ModelError(f"{what} {value!r} is not valid UTF-8 text")
+    def bad(value, what):
+        raise ModelError(f"{what} {value!r} is not valid UTF-8 text")
 
     for index, node in enumerate(onnx_graph.node):
-        what = f"node {index} ({node.op_type!r}):"
-        check(node.name, f"{what} name")
-        check(node.op_type, f"{what} op type")
-        check(node.domain, f"{what} domain")
-        for name in [*node.input, *node.output]:
-            check(name, f"{what} value name")
-        for attr in node.attribute:
-            check(attr.name, f"{what} attribute name")
+        for value in (node.name, node.op_type, node.domain, *node.input, *node.output,
+                      *(attr.name for attr in node.attribute)):
+            if type(value) is not str:  # noqa: E721 - exact type: protobuf gives bytes
+                bad(value, f"node {index} ({node.op_type!r}): name, op type, domain, value "
+                           f"or attribute name")
     for vi in [*onnx_graph.input, *onnx_graph.output, *onnx_graph.value_info]:
-        check(vi.name, "value name")
+        if type(vi.name) is not str:  # noqa: E721
+            bad(vi.name, "value name")
     for init in onnx_graph.initializer:
-        check(init.name, "initializer name")
+        if type(init.name) is not str:  # noqa: E721
+            bad(init.name, "initializer name")
 
 
 def validate_graph(onnx_graph, names):
@@ -257,14 +255,14 @@ def parse_model(model, cast_to_float32=False, override_initializers=False):
     Returns ``(graph, unparsed)`` where ``unparsed`` lists the Nodes no parser covers (their
     ``param`` is None); the caller reports them with the engine's own unsupported nodes in
     one UnsupportedOpError.  Initializers the model also lists as inputs are constants, or
-    with ``override_initializers`` inputs whose default is the initializer.  With ``cast_to_float32`` float64 / float16 inputs and
-    initializers become float32; otherwise a node that would compute in those types is
-    refused by the engine's type check (data movement on them is fine).
+    with ``override_initializers`` inputs whose default is the initializer.  With
+    ``cast_to_float32`` float64 / float16 inputs and initializers become float32; otherwise
+    a node that would compute in those types is refused by the engine's type check (data
+    movement on them is fine).
     """
     onnx_graph = model.graph
-    _check_text(onnx_graph)
     names = node_names(onnx_graph)
-    validate_graph(onnx_graph, names)
+    validate_graph(onnx_graph, names)  # text, structure
     if cast_to_float32:
         cast_floats_to_float32(model)
     opsets = {}

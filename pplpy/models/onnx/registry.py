@@ -171,10 +171,8 @@ def parser_entries(domain, op_type):
 
 def find_parser(domain, op_type, opset):
     """The entry covering ``opset``, or None."""
-    for resolved in _PARSERS.entries_of(domain, op_type):
-        if resolved.first <= opset <= resolved.last:
-            return _entry(resolved)
-    return None
+    resolved = _PARSERS.find_entry(domain, op_type, opset)
+    return _entry(resolved) if resolved is not None else None
 
 
 def registered_parsers():
@@ -233,9 +231,12 @@ def check_attribute_types(node_proto, domain, opset, name=None):
     schema = _schema(domain, node_proto.op_type, opset)
     if schema is None:
         return
+    n_in, n_out = len(node_proto.input), len(node_proto.output)
+    if (schema.min_output <= n_out <= schema.max_output and n_in <= schema.max_input
+            and not node_proto.attribute and n_in >= schema.min_input and all(node_proto.input)):
+        return  # the common case, checked without building messages
     where = (f'node "{name or node_proto.name}" ({domain or "ai.onnx"}::{node_proto.op_type}, '
              f"opset {opset})")
-    n_in, n_out = len(node_proto.input), len(node_proto.output)
     if n_out > schema.max_output:
         raise ModelError(f"{where} has {n_out} outputs {list(node_proto.output)}; "
                          f"{node_proto.op_type} produces at most {schema.max_output}")

@@ -22,6 +22,8 @@ class ConstantFolding(GraphPass):
                 continue
             if any(o in graph_outputs for o in node.outputs):
                 continue  # keep the node: a graph output must be produced by a node
+            if ctx.is_deterministic is not None and not ctx.is_deterministic(node):
+                continue  # a random op: folding would freeze one draw
             values = [graph.constants[name] if name else None for name in node.inputs]
             outputs = ctx.evaluate(node, values)
             if outputs is None:

@@ -61,7 +61,7 @@ typedef int ppl_vi __attribute__((vector_size(PPL_VLEN * 4)));
 
 /* Post-op codes: must match post_ops.pxd / post_ops.py. */
 enum { PPL_POST_NONE = 0, PPL_POST_RELU = 1, PPL_POST_LEAKY_RELU = 2, PPL_POST_CLIP = 3,
-       PPL_POST_SIGMOID = 4 };
+       PPL_POST_SIGMOID = 4, PPL_POST_TANH = 5, PPL_POST_HARD_SWISH = 6 };
 
 typedef struct {
     float alpha;          /* scales the batch-reduced sum */
@@ -102,51 +102,44 @@ PPL_INLINE ppl_vf ppl_select(ppl_vi mask, ppl_vf a, ppl_vf b) {
 /* Offset of the vector starting at tile column j0 (j0 a multiple of PPL_VLEN). */
 PPL_INLINE ptrdiff_t ppl_col(int j0, ptrdiff_t cbs) { return (j0 / PPL_CB) * cbs + j0 % PPL_CB; }
 
-/* The element-wise post-ops that need no exp, on a whole vector; sigmoid is done by
- * ppl_post_sigmoid after the store.  Same formulas as ppl_post_scalar. */
+/* The post-ops are the activations of _activation_fp32.h, applied to whole vectors. */
+#include "_activation_fp32.h"
+
+/* Every post-op but sigmoid, on one vector.  Kept for ppl_dw_finish, which applies sigmoid
+ * with ppl_post_sigmoid after its store; new code calls ppl_apply_activation once. */
 PPL_INLINE ppl_vf ppl_post_vec(ppl_vf x, int post_op, float p0, float p1) {
-    switch (post_op) {
-    case PPL_POST_RELU:
-        return ppl_select(x > 0, x, ppl_splat(0.0f));
-    case PPL_POST_LEAKY_RELU:
-        return ppl_select(x > 0, x, x * p0);
-    case PPL_POST_CLIP:
-        x = ppl_select(x < p0, ppl_splat(p0), x);
-        return ppl_select(x > p1, ppl_splat(p1), x);
-    default:
-        return x;
-    }
+    return post_op == PPL_POST_SIGMOID ? x : ppl_apply_activation(x, post_op, p0, p1);
 }
 
-PPL_INLINE float ppl_post_scalar(float x, int post_op, float p0, float p1) {
-    switch (post_op) {
-    case PPL_POST_RELU:
-        return x > 0 ? x : 0.0f;
-    case PPL_POST_LEAKY_RELU:
-        return x > 0 ? x : x * p0;
-    case PPL_POST_CLIP:
-        x = x < p0 ? p0 : x;
-        return x > p1 ? p1 : x;
-    case PPL_POST_SIGMOID:
-        return 1.0f / (1.0f + expf(-x));
-    default:
-        return x;
-    }
-}
-
+/* Sigmoid in place on n floats (vectorised, a padded tail vector for n % PPL_VLEN). */
 PPL_INLINE void ppl_post_sigmoid(float *p, ptrdiff_t n) {
-    for (ptrdiff_t j = 0; j < n; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
+    ppl_activation_loop(PPL_ACT_SIGMOID, p, p, n, 0.0f, 0.0f);
+}
+
+/* One float through a post-op: lane 0 of the vector function, so that scalar and vector
+ * paths give the same bits.  It computes a whole vector for one value: over a row, prefer
+ * adding first and then one ppl_activation call. */
+PPL_INLINE float ppl_post_scalar(float x, int post_op, float p0, float p1) {
+    return ppl_apply_activation_compact(ppl_splat(x), post_op, p0, p1)[0];
 }
 
 /* Write acc[0..M) x [0..PPL_NV) through the epilogue into C.  A full-width tile works on
- * vectors in place; a tile narrower than PPL_NB (the last panel of an N not a multiple of
- * PPL_NB) goes through a scratch tile and scalar code, since its columns may not be loaded
- * or stored as whole vectors. */
+ * whole vectors in place.  A tile narrower than PPL_NB (the last panel of an N not a
+ * multiple of PPL_NB) does the same on vectors loaded zero-padded past column n_valid and
+ * stores only the valid lanes: a vector never straddles a 16-channel block (PPL_VLEN divides
+ * 16), so each one's valid columns are contiguous in C. */
 PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_valid, float *c,
                                    ptrdiff_t ldc, ptrdiff_t cbs, const ppl_epilogue *ep) {
+    _Static_assert((int)PPL_POST_RELU == (int)PPL_ACT_RELU &&
+                       (int)PPL_POST_LEAKY_RELU == (int)PPL_ACT_LEAKY_RELU &&
+                       (int)PPL_POST_CLIP == (int)PPL_ACT_CLIP &&
+                       (int)PPL_POST_SIGMOID == (int)PPL_ACT_SIGMOID &&
+                       (int)PPL_POST_TANH == (int)PPL_ACT_TANH &&
+                       (int)PPL_POST_HARD_SWISH == (int)PPL_ACT_HARD_SWISH,
+                   "post-op codes must be the activation codes");
     const ppl_vf alpha = ppl_splat(ep->alpha);
+    const int post = ep->post_op;
     if (n_valid == PPL_NB) {
-        const int post = ep->post_op;
 #pragma GCC unroll 16
         for (int r = 0; r < M; r++) {
 #pragma GCC unroll 4
@@ -156,26 +149,23 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
                 if (ep->accumulate) x += ppl_load(c + off);
                 if (ep->addend) x += ppl_load(ep->addend + off) * ep->beta;
                 if (ep->bias) x += ppl_load(ep->bias + v * PPL_VLEN);
-                if (post != PPL_POST_NONE) x = ppl_post_vec(x, post, ep->p0, ep->p1);
+                if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
                 ppl_store(c + off, x);
             }
         }
-        if (post == PPL_POST_SIGMOID)
-            for (int r = 0; r < M; r++)
-                for (int v = 0; v < PPL_NV; v++)
-                    ppl_post_sigmoid(c + r * ldc + ppl_col(v * PPL_VLEN, cbs), PPL_VLEN);
         return;
     }
-    float tmp[PPL_NB];
     for (int r = 0; r < M; r++) {
-        for (int v = 0; v < PPL_NV; v++) ppl_store(tmp + v * PPL_VLEN, acc[r][v] * alpha);
-        for (int j = 0; j < n_valid; j++) {
-            const ptrdiff_t off = r * ldc + (j / PPL_CB) * cbs + j % PPL_CB;
-            float x = tmp[j];
-            if (ep->accumulate) x += c[off];
-            if (ep->addend) x += ep->addend[off] * ep->beta;
-            if (ep->bias) x += ep->bias[j];
-            c[off] = ppl_post_scalar(x, ep->post_op, ep->p0, ep->p1);
+        for (int v = 0; v < PPL_NV && v * PPL_VLEN < n_valid; v++) {
+            const int j0 = v * PPL_VLEN;
+            const ptrdiff_t nv = n_valid - j0 < PPL_VLEN ? n_valid - j0 : PPL_VLEN;
+            const ptrdiff_t off = r * ldc + ppl_col(j0, cbs);
+            ppl_vf x = acc[r][v] * alpha;
+            if (ep->accumulate) x += ppl_act_load_partial(c + off, nv);
+            if (ep->addend) x += ppl_act_load_partial(ep->addend + off, nv) * ep->beta;
+            if (ep->bias) x += ppl_act_load_partial(ep->bias + j0, nv);
+            if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
+            ppl_act_store_partial(c + off, x, nv);
         }
     }
 }

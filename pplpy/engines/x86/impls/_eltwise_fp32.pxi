@@ -1,16 +1,50 @@
-# Element-wise kernels: activations on flat float32 buffers, and broadcasting binary
-# arithmetic (Add, Mul, Sub, Div) for float32, int32 and int64.
+# Element-wise kernels as steps of the compiled run plan: activations on flat float32
+# buffers, and broadcasting binary arithmetic (Add, Mul, Sub, Div) for float32, int32 and
+# int64, including Sum's chain of Adds and the per-channel op on N16CX.
 #
-# Written once and included by _eltwise_fp32_{avx512,fma,sse}.pyx, so gcc vectorises each
-# loop three ways.  The loops are kept in forms it vectorises under -fno-trapping-math:
-# if/else rather than fmaxf/fminf, exp_fp32 rather than libm's expf, and a separate loop
-# per (op, stride pattern) so no branch is left inside a loop.  Activations are
-# format-agnostic: an N16CX tensor is just a longer flat buffer.
+# Written once and included by _eltwise_fp32_{avx512,fma,sse}.pyx, which define PPL_VLEN, so
+# each tier gets its own vector code.  Activations are the vector functions of
+# _activation_fp32.h (shared with the brgemm epilogue); the binary loops are plain loops kept
+# in forms gcc vectorises under -fno-trapping-math: one loop per (op, stride pattern), no
+# branch left inside a loop.
+#
+#     make_activation_step(x, y, n, code, p0, p1)                  y = f(x), flat
+#     make_binary_step(op, dtype, a, a_len, b, b_len, y, shape, a_strides, b_strides)
+#     make_channel_binary_n16cx_step(op, x, vec, ...)               y = x op vec[c], N16CX
+#     make_eltwise_step(dtype, y, size, [binary_pass(...) | channel_pass(...)], keep)
+#
+# The last is the general form (Sum is a chain of passes): passes run in order over one
+# output, each thread over the same share of it, so a later pass may read the output an
+# earlier one wrote (at the same positions) with no barrier between them.  Every thread's
+# share is a range of whole 16-element groups: no two threads write one cache line, and an
+# N16CX pixel is never cut.
+#
+# The Python-visible wrappers below (relu_fp32, binary, ...) build the same steps and run
+# them with run_steps, so tests and the runtime take one code path.
 
-from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.math cimport NAN
+from libc.string cimport memcpy, memset
+from pplpy.runtime.step cimport Step, new_step, ppl_partition
+
+import numpy as np
+
+from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
+
+
+cdef extern from "_activation_fp32.h" nogil:
+    enum:
+        PPL_VLEN     # floats per vector register of this tier
+        PPL_ACT_NONE
+        PPL_ACT_RELU
+        PPL_ACT_LEAKY_RELU
+        PPL_ACT_CLIP
+        PPL_ACT_SIGMOID
+        PPL_ACT_TANH
+        PPL_ACT_HARD_SWISH
+    void ppl_activation(const float *x, float *y, Py_ssize_t n, int code, float p0, float p1)
 
 
 cdef enum:
@@ -18,16 +52,33 @@ cdef enum:
     OP_MUL = 1
     OP_SUB = 2
     OP_DIV = 3
-    # Internal codes for "vec op x" in channel_binary_n16cx_fp32 (reversed Sub and Div).
+    # Internal codes for "vec op x" in channel passes (reversed Sub and Div).
     OP_RSUB = 4
     OP_RDIV = 5
     MAX_DIMS = 8
+    # Below this many elements of work a step is serial: a fork and join cost more.
+    PARALLEL_MIN = 65536
+    # Threads split an output at multiples of this many elements (64 bytes of float32).
+    SPLIT = 16
 
-# The op codes of binary() and channel_binary_n16cx_fp32(), for Python callers.
+    DT_FLOAT32 = 0
+    DT_INT32 = 1
+    DT_INT64 = 2
+
+    PASS_BROADCAST = 0
+    PASS_CHANNEL = 1
+
+# The op codes of binary() and the pass builders, for Python callers.
 ADD = OP_ADD
 MUL = OP_MUL
 SUB = OP_SUB
 DIV = OP_DIV
+# Floats per vector register of this module's tier.
+VLEN = PPL_VLEN
+
+# Activation codes this module knows, with their parameter count (post_ops.PostOp values).
+_ACTIVATIONS = {PPL_ACT_NONE: 0, PPL_ACT_RELU: 0, PPL_ACT_LEAKY_RELU: 1, PPL_ACT_CLIP: 2,
+                PPL_ACT_SIGMOID: 0, PPL_ACT_TANH: 0, PPL_ACT_HARD_SWISH: 0}
 
 
 ctypedef fused num_t:
@@ -36,42 +87,73 @@ ctypedef fused num_t:
     int64_t
 
 
+cdef inline void _share(Py_ssize_t n, int tid, int nthreads, Py_ssize_t *b,
+                        Py_ssize_t *e) noexcept nogil:
+    """Thread tid's share [b, e) of n elements, cut at multiples of SPLIT."""
+    ppl_partition(ceil_div(n, SPLIT), tid, nthreads, b, e)
+    b[0] = min(b[0] * SPLIT, n)
+    e[0] = min(e[0] * SPLIT, n)
+
+
 # ---------------------------------------------------------------------------------------
-# Activations.  Each core runs on one chunk of at most GRAIN elements; the wrappers hand
-# chunks to threads.
+# Activations.
 
-cdef void _relu(const float* x, float* y, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        # "0 if x < 0" rather than "x if x > 0" lets NaN through, as numpy.maximum does.
-        y[i] = 0 if x[i] < 0 else x[i]
-
-
-cdef void _leaky_relu(const float* x, float* y, Py_ssize_t n, float alpha) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        y[i] = x[i] if x[i] >= 0 else alpha * x[i]
+cdef struct _ActivationArgs:
+    const float *x
+    float *y
+    Py_ssize_t n
+    int code
+    float p0, p1
+    const float *p0_at      # NULL, or where p0 is read when the step runs
+    const float *p1_at
 
 
-cdef void _clip(const float* x, float* y, Py_ssize_t n, float lo, float hi) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float v
-    for i in range(n):
-        # Comparisons are false for NaN, so NaN passes through, as in numpy.clip.
-        v = lo if x[i] < lo else x[i]
-        y[i] = hi if v > hi else v
+cdef void _activation_step(const void *a, int tid, int nthreads) noexcept nogil:
+    cdef const _ActivationArgs *args = <const _ActivationArgs *>a
+    cdef Py_ssize_t b, e, i
+    cdef float p0 = args.p0_at[0] if args.p0_at != NULL else args.p0
+    cdef float p1 = args.p1_at[0] if args.p1_at != NULL else args.p1
+    cdef float nan = NAN
+    _share(args.n, tid, nthreads, &b, &e)
+    if b >= e:
+        return
+    if args.code == PPL_ACT_CLIP and (p0 != p0 or p1 != p1):
+        # A NaN bound makes every output NaN, as np.clip (onnx.reference) does.
+        for i in range(b, e):
+            args.y[i] = nan
+        return
+    ppl_activation(args.x + b, args.y + b, e - b, args.code, p0, p1)
 
 
-cdef void _sigmoid(const float* x, float* y, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float v, e, r, one = 1    # a float 1: a literal 1 would make this double arithmetic
-    for i in range(n):
-        v = x[i]
-        # exp(-|x|) never overflows, and e / (1 + e) keeps full relative precision for
-        # x << 0, where 1 - 1 / (1 + exp(x)) would cancel.
-        e = exp_fp32(-v if v > 0 else v)
-        r = one / (one + e)
-        y[i] = r if v >= 0 else e * r
+def make_activation_step(size_t x, size_t y, Py_ssize_t n, int code, float p0=0, float p1=0,
+                         size_t p0_at=0, size_t p1_at=0):
+    """y[i] = f(x[i]) for i < n, f the activation ``code`` (post_ops.PostOp) with params p0, p1.
+
+    p0_at / p1_at, when not 0, are addresses of float32 scalars that the step reads each time
+    it runs instead of p0 / p1 (Clip's min and max fed or computed at run time).  A NaN Clip
+    bound gives NaN everywhere, as np.clip.  Layout-agnostic: an N16CX tensor is one flat
+    buffer of its padded size, since every activation maps the zero padding lanes to finite
+    values (see _activation_fp32.h).  x == y is allowed.
+    """
+    if code not in _ACTIVATIONS:
+        raise ValueError(f"activation code {code}: expected one of {sorted(_ACTIVATIONS)} "
+                         "(pplpy.engines.x86.impls.post_ops.PostOp)")
+    if n < 0:
+        raise ValueError(f"n = {n}: expected a non-negative element count")
+    if n > 0 and (x == 0 or y == 0):
+        raise ValueError("x and y must be valid addresses")
+    cdef Step step = new_step(_activation_step, sizeof(_ActivationArgs), n >= PARALLEL_MIN)
+    cdef _ActivationArgs *args = <_ActivationArgs *>step.args
+    args.x = <const float *>x
+    args.y = <float *>y
+    args.n = n
+    args.code = code
+    args.p0 = p0
+    args.p1 = p1
+    args.p0_at = <const float *>p0_at
+    args.p1_at = <const float *>p1_at
+    step.label = "activation"
+    return step
 
 
 cdef Py_ssize_t _same_length(const float[::1] x, float[::1] y) except -1:
@@ -80,32 +162,34 @@ cdef Py_ssize_t _same_length(const float[::1] x, float[::1] y) except -1:
     return x.shape[0]
 
 
+def activation_fp32(const float[::1] x, float[::1] y, int code, float p0, float p1,
+                    int num_threads):
+    """y = f(x) for the activation ``code`` (post_ops.PostOp) with params p0, p1."""
+    cdef Py_ssize_t n = _same_length(x, y)
+    if n == 0:
+        return
+    run_steps([make_activation_step(<size_t>&x[0], <size_t>&y[0], n, code, p0, p1)],
+              num_threads)
+
+
 def relu_fp32(const float[::1] x, float[::1] y, int num_threads):
     """y = max(x, 0)"""
-    cdef Py_ssize_t n = _same_length(x, y), t, nt = ceil_div(n, GRAIN)
-    for t in prange(nt, nogil=True, num_threads=threads_for(num_threads, nt), schedule="static"):
-        _relu(&x[t * GRAIN], &y[t * GRAIN], min(GRAIN, n - t * GRAIN))
+    activation_fp32(x, y, PPL_ACT_RELU, 0, 0, num_threads)
 
 
 def leaky_relu_fp32(const float[::1] x, float[::1] y, float alpha, int num_threads):
     """y = x if x >= 0 else alpha * x"""
-    cdef Py_ssize_t n = _same_length(x, y), t, nt = ceil_div(n, GRAIN)
-    for t in prange(nt, nogil=True, num_threads=threads_for(num_threads, nt), schedule="static"):
-        _leaky_relu(&x[t * GRAIN], &y[t * GRAIN], min(GRAIN, n - t * GRAIN), alpha)
+    activation_fp32(x, y, PPL_ACT_LEAKY_RELU, alpha, 0, num_threads)
 
 
 def clip_fp32(const float[::1] x, float[::1] y, float lo, float hi, int num_threads):
     """y = min(max(x, lo), hi)"""
-    cdef Py_ssize_t n = _same_length(x, y), t, nt = ceil_div(n, GRAIN)
-    for t in prange(nt, nogil=True, num_threads=threads_for(num_threads, nt), schedule="static"):
-        _clip(&x[t * GRAIN], &y[t * GRAIN], min(GRAIN, n - t * GRAIN), lo, hi)
+    activation_fp32(x, y, PPL_ACT_CLIP, lo, hi, num_threads)
 
 
 def sigmoid_fp32(const float[::1] x, float[::1] y, int num_threads):
     """y = 1 / (1 + exp(-x))"""
-    cdef Py_ssize_t n = _same_length(x, y), t, nt = ceil_div(n, GRAIN)
-    for t in prange(nt, nogil=True, num_threads=threads_for(num_threads, nt), schedule="static"):
-        _sigmoid(&x[t * GRAIN], &y[t * GRAIN], min(GRAIN, n - t * GRAIN))
+    activation_fp32(x, y, PPL_ACT_SIGMOID, 0, 0, num_threads)
 
 
 # ---------------------------------------------------------------------------------------
@@ -213,36 +297,6 @@ cdef struct _Layout:
     Py_ssize_t sb[MAX_DIMS]
 
 
-cdef void _binary_task(int op, const num_t* a, const num_t* b, num_t* y, const _Layout* L,
-                       const Tasks2D* tasks, Py_ssize_t task) noexcept nogil:
-    cdef Py_ssize_t r0, r1, c0, c1, r, rem, a_off = 0, b_off = 0
-    cdef Py_ssize_t idx[MAX_DIMS]
-    cdef int d, inner = L.ndim - 1
-    task_range(tasks, task, &r0, &r1, &c0, &c1)
-    # Unravel the first row into an index over the outer dims, then step it like an
-    # odometer: one division per dim per task, not per row.
-    rem = r0
-    for d in range(inner - 1, -1, -1):
-        idx[d] = rem % L.shape[d]
-        rem = rem // L.shape[d]
-        a_off += idx[d] * L.sa[d]
-        b_off += idx[d] * L.sb[d]
-    for r in range(r0, r1):
-        _binary_row(op, a + a_off + c0 * L.sa[inner], L.sa[inner],
-                    b + b_off + c0 * L.sb[inner], L.sb[inner],
-                    y + r * L.shape[inner] + c0, c1 - c0)
-        d = inner - 1
-        while d >= 0:
-            idx[d] += 1
-            a_off += L.sa[d]
-            b_off += L.sb[d]
-            if idx[d] < L.shape[d]:
-                break
-            a_off -= L.shape[d] * L.sa[d]
-            b_off -= L.shape[d] * L.sb[d]
-            idx[d] = 0
-            d -= 1
-
 
 cdef Py_ssize_t _collapse(const int64_t[::1] shape, const int64_t[::1] sa,
                           const int64_t[::1] sb, Py_ssize_t a_len, Py_ssize_t b_len,
@@ -281,27 +335,267 @@ cdef Py_ssize_t _collapse(const int64_t[::1] shape, const int64_t[::1] sa,
     return size
 
 
+# ---------------------------------------------------------------------------------------
+# Passes: one element-wise sweep over the output, as a plain struct a step holds an array of.
+
+cdef struct _Pass:
+    int kind                # PASS_BROADCAST or PASS_CHANNEL
+    int op
+    const void *a           # broadcast: a; channel: x (N16CX, the output's shape)
+    const void *b           # broadcast: b; channel: vec (float32)
+    _Layout L               # broadcast: the output as collapsed dims, strides of a and b
+    Py_ssize_t vec_len      # channel: vec[c * vec_stride] for c < vec_len, 0 past it
+    Py_ssize_t vec_stride
+    Py_ssize_t blocks       # channel: output (N, blocks, npix, 16)
+    Py_ssize_t npix
+    Py_ssize_t channels     # channel: lanes c >= channels are written 0; -1: computed
+
+
+cdef struct _EltwiseArgs:
+    int dtype
+    void *y
+    Py_ssize_t size         # output elements
+    Py_ssize_t npasses
+    const _Pass *passes
+
+
+cdef void _broadcast_range(int op, const num_t* a, const num_t* b, num_t* y, const _Layout* L,
+                           Py_ssize_t begin, Py_ssize_t end) noexcept nogil:
+    """Output elements [begin, end): whole and partial rows of the collapsed layout."""
+    cdef int inner = L.ndim - 1, d
+    cdef Py_ssize_t cols = L.shape[inner], r, c, cnt, rem, a_off = 0, b_off = 0, pos = begin
+    cdef Py_ssize_t idx[MAX_DIMS]
+    if begin >= end:
+        return
+    r = begin // cols
+    c = begin - r * cols
+    # Unravel the first row into an index over the outer dims, then step it like an
+    # odometer: one division per dim per call, not per row.
+    rem = r
+    for d in range(inner - 1, -1, -1):
+        idx[d] = rem % L.shape[d]
+        rem = rem // L.shape[d]
+        a_off += idx[d] * L.sa[d]
+        b_off += idx[d] * L.sb[d]
+    while True:
+        cnt = min(cols - c, end - pos)
+        _binary_row(op, a + a_off + c * L.sa[inner], L.sa[inner],
+                    b + b_off + c * L.sb[inner], L.sb[inner], y + pos, cnt)
+        pos += cnt
+        if pos >= end:
+            break
+        c = 0
+        d = inner - 1
+        while d >= 0:
+            idx[d] += 1
+            a_off += L.sa[d]
+            b_off += L.sb[d]
+            if idx[d] < L.shape[d]:
+                break
+            a_off -= L.shape[d] * L.sa[d]
+            b_off -= L.shape[d] * L.sb[d]
+            idx[d] = 0
+            d -= 1
+
+
+cdef void _channel_range(const _Pass* p, float* y, Py_ssize_t begin,
+                         Py_ssize_t end) noexcept nogil:
+    """Output elements [begin, end), whole pixels of 16 lanes."""
+    cdef const float* x = <const float*>p.a
+    cdef const float* vec = <const float*>p.b
+    cdef Py_ssize_t pix = begin // 16, pix_end = end // 16, r, s, cnt, cb, ch, off
+    cdef float v[16]
+    cdef int l
+    if pix >= pix_end:
+        return
+    r = pix // p.npix    # r = n * blocks + cb
+    s = pix - r * p.npix
+    while pix < pix_end:
+        cnt = min(p.npix - s, pix_end - pix)
+        cb = r % p.blocks
+        for l in range(16):
+            ch = cb * 16 + l
+            v[l] = vec[ch * p.vec_stride] if ch < p.vec_len else 0
+        off = pix * 16
+        _channel_binary_pixels(p.op, x + off, v, y + off, cnt)
+        if 0 <= p.channels < (cb + 1) * 16:
+            _zero_padding_lanes(y + off, cnt, <int>(p.channels - cb * 16))
+        pix += cnt
+        s = 0
+        r += 1
+
+
+cdef void _eltwise_step(const void *a, int tid, int nthreads) noexcept nogil:
+    cdef const _EltwiseArgs *args = <const _EltwiseArgs *>a
+    cdef const _Pass *p
+    cdef Py_ssize_t b, e, k
+    _share(args.size, tid, nthreads, &b, &e)
+    if b >= e:
+        return
+    for k in range(args.npasses):
+        p = &args.passes[k]
+        if p.kind == PASS_CHANNEL:
+            _channel_range(p, <float*>args.y, b, e)
+        elif args.dtype == DT_FLOAT32:
+            _broadcast_range(p.op, <const float*>p.a, <const float*>p.b, <float*>args.y,
+                             &p.L, b, e)
+        elif args.dtype == DT_INT32:
+            _broadcast_range(p.op, <const int32_t*>p.a, <const int32_t*>p.b, <int32_t*>args.y,
+                             &p.L, b, e)
+        else:
+            _broadcast_range(p.op, <const int64_t*>p.a, <const int64_t*>p.b, <int64_t*>args.y,
+                             &p.L, b, e)
+
+
+cdef int _dtype_code(dtype) except -1:
+    dt = np.dtype(dtype)
+    if dt == np.float32:
+        return DT_FLOAT32
+    if dt == np.int32:
+        return DT_INT32
+    if dt == np.int64:
+        return DT_INT64
+    raise ValueError(f"dtype {dt}: expected float32, int32 or int64")
+
+
+cdef int _check_op(int op) except -1:
+    if op < OP_ADD or op > OP_DIV:
+        raise ValueError(f"op {op}: expected ADD, MUL, SUB or DIV (0 to 3)")
+    return 0
+
+
+cdef bytes _pass_bytes(const _Pass *p):
+    return (<const char *>p)[:sizeof(_Pass)]
+
+
+def binary_pass(int op, size_t a, Py_ssize_t a_len, size_t b, Py_ssize_t b_len, out_shape,
+                a_strides, b_strides):
+    """One pass y = a op b, numpy broadcasting through element strides (0 = broadcast dim).
+
+    Returns (pass, output size) for make_eltwise_step; a_len / b_len are the elements a and b
+    hold, checked against what the strides reach.
+    """
+    cdef _Pass p
+    cdef Py_ssize_t size
+    _check_op(op)
+    memset(&p, 0, sizeof(_Pass))
+    p.kind = PASS_BROADCAST
+    p.op = op
+    p.a = <const void *>a
+    p.b = <const void *>b
+    size = _collapse(np.ascontiguousarray(out_shape, np.int64),
+                     np.ascontiguousarray(a_strides, np.int64),
+                     np.ascontiguousarray(b_strides, np.int64), a_len, b_len, &p.L)
+    return _pass_bytes(&p), size
+
+
+def channel_pass(int op, size_t x, size_t vec, Py_ssize_t vec_len, Py_ssize_t vec_stride,
+                 Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t npix, bint vec_first=False,
+                 Py_ssize_t channels=-1):
+    """One pass y[n, c, s] = x[n, c, s] op vec[c] (vec op x if vec_first) on N16CX float32,
+    x and y (N, blocks, npix, 16); vec[c] is read at c * vec_stride for c < vec_len and is 0
+    past it.  With channels >= 0, lanes c >= channels of y are written 0 (Div by padding
+    would make them NaN).  Returns (pass, output size)."""
+    cdef _Pass p
+    _check_op(op)
+    if N < 0 or blocks < 0 or npix < 0 or vec_len < 0 or vec_stride < 0:
+        raise ValueError(f"N {N}, blocks {blocks}, npix {npix}, vec_len {vec_len}, "
+                         f"vec_stride {vec_stride}: expected non-negative values")
+    if channels > blocks * 16:
+        raise ValueError(f"channels {channels} exceed the {blocks * 16} lanes of x")
+    memset(&p, 0, sizeof(_Pass))
+    p.kind = PASS_CHANNEL
+    p.op = op
+    if vec_first and op == OP_SUB:
+        p.op = OP_RSUB
+    elif vec_first and op == OP_DIV:
+        p.op = OP_RDIV
+    p.a = <const void *>x
+    p.b = <const void *>vec
+    p.vec_len = vec_len
+    p.vec_stride = vec_stride
+    p.blocks = blocks
+    p.npix = npix
+    p.channels = channels
+    return _pass_bytes(&p), N * blocks * npix * 16
+
+
+def make_eltwise_step(dtype, size_t y, Py_ssize_t size, passes, keep=None):
+    """A step running ``passes`` (from binary_pass / channel_pass) in order over the output y
+    of ``size`` elements of ``dtype``.  A pass after the first may read y only at the
+    positions it writes (a = y with the output's own layout: Sum's running total)."""
+    cdef int dt = _dtype_code(dtype)
+    cdef Py_ssize_t k, npasses = len(passes)
+    cdef bytes blob
+    cdef const _Pass *p
+    if npasses == 0:
+        raise ValueError("make_eltwise_step needs at least one pass")
+    for k, (blob, pass_size) in enumerate(passes):
+        if len(blob) != sizeof(_Pass):
+            raise ValueError(f"pass {k} is not a pass of this module")
+        if pass_size != size:
+            raise ValueError(f"pass {k} covers {pass_size} elements, the output has {size}")
+        p = <const _Pass *><const char *>blob
+        if p.kind == PASS_CHANNEL and dt != DT_FLOAT32:
+            raise ValueError(f"pass {k}: a channel pass needs float32, got {np.dtype(dtype)}")
+    table = np.empty(npasses * sizeof(_Pass), np.uint8)
+    cdef unsigned char[::1] t = table
+    for k in range(npasses):
+        blob = passes[k][0]
+        memcpy(&t[k * sizeof(_Pass)], <const char *>blob, sizeof(_Pass))
+    cdef Step step = new_step(_eltwise_step, sizeof(_EltwiseArgs),
+                              size * npasses >= PARALLEL_MIN, (table, keep))
+    cdef _EltwiseArgs *args = <_EltwiseArgs *>step.args
+    args.dtype = dt
+    args.y = <void *>y
+    args.size = size
+    args.npasses = npasses
+    args.passes = <const _Pass *>&t[0]
+    step.label = "eltwise"
+    return step
+
+
+def make_binary_step(int op, dtype, size_t a, Py_ssize_t a_len, size_t b, Py_ssize_t b_len,
+                     size_t y, out_shape, a_strides, b_strides):
+    """y = a op b (ADD, MUL, SUB, DIV), numpy broadcasting through element strides; y is
+    contiguous with ``out_shape``.  Integer Div truncates, x / 0 = 0, as onnx.reference."""
+    bp = binary_pass(op, a, a_len, b, b_len, out_shape, a_strides, b_strides)
+    return make_eltwise_step(dtype, y, bp[1], [bp])
+
+
+def make_channel_binary_n16cx_step(int op, size_t x, size_t vec, Py_ssize_t vec_len,
+                                   Py_ssize_t vec_stride, size_t y, Py_ssize_t N,
+                                   Py_ssize_t blocks, Py_ssize_t npix, bint vec_first=False,
+                                   Py_ssize_t channels=-1):
+    """y[n, c, s] = x[n, c, s] op vec[c] on N16CX (see channel_pass)."""
+    cp = channel_pass(op, x, vec, vec_len, vec_stride, N, blocks, npix, vec_first, channels)
+    return make_eltwise_step(np.float32, y, cp[1], [cp])
+
+
+def contiguous_strides(shape):
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides, step = [], 1
+    for dim in reversed(tuple(shape)):
+        strides.append(step)
+        step *= dim
+    return np.array(strides[::-1], np.int64)
+
+
 def binary(int op, const num_t[::1] a, const num_t[::1] b, num_t[::1] y,
            const int64_t[::1] out_shape, const int64_t[::1] a_strides,
            const int64_t[::1] b_strides, int num_threads):
     """y = a op b, numpy broadcasting through element strides; op in ADD, MUL, SUB, DIV."""
-    cdef _Layout L
-    cdef Tasks2D tasks
-    cdef Py_ssize_t size, rows = 1, t
-    cdef int d
-    if op < OP_ADD or op > OP_DIV:
-        raise ValueError(f"op {op}: expected ADD, MUL, SUB or DIV (0 to 3)")
-    size = _collapse(out_shape, a_strides, b_strides, a.shape[0], b.shape[0], &L)
-    if y.shape[0] != size:
-        raise ValueError(f"y has {y.shape[0]} elements, out_shape {list(out_shape)} needs {size}")
-    if size == 0:
+    cdef object dtype = (np.float32 if num_t is float else
+                         np.int32 if num_t is int32_t else np.int64)
+    _check_op(op)
+    bp = binary_pass(op, <size_t>&a[0], a.shape[0], <size_t>&b[0], b.shape[0],
+                     np.asarray(out_shape), np.asarray(a_strides), np.asarray(b_strides))
+    if y.shape[0] != bp[1]:
+        raise ValueError(f"y has {y.shape[0]} elements, out_shape {list(out_shape)} needs "
+                         f"{bp[1]}")
+    if bp[1] == 0:
         return
-    for d in range(L.ndim - 1):
-        rows *= L.shape[d]
-    tasks = split_2d(rows, L.shape[L.ndim - 1], GRAIN)
-    for t in prange(tasks.count, nogil=True, num_threads=threads_for(num_threads, tasks.count),
-                    schedule="static"):
-        _binary_task(op, &a[0], &b[0], &y[0], &L, &tasks, t)
+    run_steps([make_eltwise_step(dtype, <size_t>&y[0], bp[1], [bp])], num_threads)
 
 
 # ---------------------------------------------------------------------------------------
@@ -350,19 +644,6 @@ cdef void _zero_padding_lanes(float* y, Py_ssize_t npix, int first) noexcept nog
             y[i * 16 + l] = 0
 
 
-cdef void _channel_binary_task(int op, const float* x, const float* vec, float* y,
-                               Py_ssize_t blocks, Py_ssize_t npix, Py_ssize_t channels,
-                               const Tasks2D* tasks, Py_ssize_t task) noexcept nogil:
-    cdef Py_ssize_t r0, r1, c0, c1, r, cb, off
-    task_range(tasks, task, &r0, &r1, &c0, &c1)
-    for r in range(r0, r1):    # r = n * blocks + cb
-        cb = r % blocks
-        off = (r * npix + c0) * 16
-        _channel_binary_pixels(op, x + off, vec + cb * 16, y + off, c1 - c0)
-        if 0 <= channels < (cb + 1) * 16:
-            _zero_padding_lanes(y + off, c1 - c0, <int>(channels - cb * 16))
-
-
 cdef tuple _shape4(const float[:, :, :, ::1] a):
     return (a.shape[0], a.shape[1], a.shape[2], a.shape[3])
 
@@ -375,26 +656,17 @@ def channel_binary_n16cx_fp32(int op, const float[:, :, :, ::1] x, const float[:
     With ``channels`` >= 0, lanes c >= channels of y are written as 0 (Div by padding
     would make them NaN); with -1 they are computed like the others.
     """
-    cdef Py_ssize_t N = x.shape[0], blocks = x.shape[1], npix = x.shape[2], t
-    cdef Tasks2D tasks
-    if op < OP_ADD or op > OP_DIV:
-        raise ValueError(f"op {op}: expected ADD, MUL, SUB or DIV (0 to 3)")
+    cdef Py_ssize_t N = x.shape[0], blocks = x.shape[1], npix = x.shape[2]
+    _check_op(op)
     if x.shape[3] != 16 or _shape4(x) != _shape4(y):
         raise ValueError(f"x {_shape4(x)}, y {_shape4(y)}: expected equal shapes "
                          "(N, ceil(C/16), S, 16)")
     if vec.shape[0] != blocks * 16:
         raise ValueError(f"vec has {vec.shape[0]} values: expected {blocks * 16} "
                          "(C padded to a multiple of 16)")
-    if channels > blocks * 16:
-        raise ValueError(f"channels {channels} exceed the {blocks * 16} lanes of x")
-    if vec_first and op == OP_SUB:
-        op = OP_RSUB
-    elif vec_first and op == OP_DIV:
-        op = OP_RDIV
-    tasks = split_2d(N * blocks, npix, GRAIN // 16)
-    if tasks.count == 0:
+    if N * blocks * npix == 0:
         return
-    for t in prange(tasks.count, nogil=True, num_threads=threads_for(num_threads, tasks.count),
-                    schedule="static"):
-        _channel_binary_task(op, &x[0, 0, 0, 0], &vec[0], &y[0, 0, 0, 0], blocks, npix,
-                             channels, &tasks, t)
+    step = make_channel_binary_n16cx_step(op, <size_t>&x[0, 0, 0, 0], <size_t>&vec[0],
+                                          blocks * 16, 1, <size_t>&y[0, 0, 0, 0], N, blocks,
+                                          npix, vec_first, channels)
+    run_steps([step], num_threads)

@@ -1,1 +1,6 @@
+# eltwise_fp32 for the sse tier: the body is _eltwise_fp32.pxi, vectors of 4 floats.
+cdef extern from *:
+    """
+    #define PPL_VLEN 4
+    """
 include "_eltwise_fp32.pxi"

@@ -33,6 +33,9 @@ class X86OptKernel(abc.ABC):
     # Inputs whose *values* (not just shapes) decide the output shape, e.g. Reshape's shape.
     # At run time, fed inputs in these positions join the shape signature.
     value_inputs = ()
+    # False for ops whose outputs are not a function of their inputs (the random ops):
+    # constant folding and host evaluation leave them as steps, so each run draws anew.
+    deterministic = True
     # Formats the op can run in (documentation and docs/supported_ops.md; select_format
     # decides per node).
     formats = (DataFormat.NDARRAY,)

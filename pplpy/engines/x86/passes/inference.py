@@ -49,6 +49,8 @@ def infer_types(nodes, ops, known):
 
 def host_evaluable(node, op, types, shapes, values):
     """Whether ``node`` is computed on the host when a plan is made (see module doc)."""
+    if not op.deterministic:
+        return False
     if getattr(op, "computes_from_shapes", False):  # Shape, Size: only the input's dims
         return all(shapes.get(name) is not None for name in node.inputs if name)
     for name in node.inputs:
@@ -137,6 +139,9 @@ def symbolic_dims(probe_a, probe_b, symbol_of):
     merged = {}
     for name, dims_a in probe_a.items():
         dims_b = probe_b.get(name)
+        if dims_b == dims_a:  # static
+            merged[name] = dims_a
+            continue
         if dims_b is None or len(dims_b) != len(dims_a):
             merged[name] = tuple(None for _ in dims_a)
             continue

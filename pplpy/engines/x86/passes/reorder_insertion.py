@@ -115,5 +115,6 @@ def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
         ops[node] = make_op(node)
         record.format = DataFormat.NDARRAY
         inserted += 1
-    graph.topological_sort()
+    if inserted:
+        graph.topological_sort()
     return inserted

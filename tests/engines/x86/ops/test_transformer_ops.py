@@ -283,3 +283,23 @@ def test_random_float16_is_unsupported(save_model):
         pplpy.load(save_model(model))
 
 
+
+
+def test_random_ops_are_not_folded(tmp_path):
+    """RandomUniform has no inputs: constant folding must not turn it into a constant."""
+    from onnx import TensorProto, helper
+
+    import onnx as _onnx
+
+    graph = helper.make_graph(
+        [helper.make_node("RandomUniform", [], ["r"], shape=[64]),
+         helper.make_node("Add", ["r", "x"], ["y"])], "rand",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "rand.onnx"
+    _onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    rt = pplpy.load(path)
+    assert any(n.op_type == "RandomUniform" for n in rt.graph.nodes)
+    x = np.zeros(64, np.float32)
+    first = rt.run({"x": x})["y"]
+    assert ((0 <= first) & (first < 1)).all() and len(np.unique(first)) > 32

@@ -71,6 +71,9 @@ class RandomKernel(X86Kernel):
 
 
 class _RandomOp(X86OptKernel):
+    # Never folded into a constant or evaluated on the host when a plan is made: the op
+    # stays a step.  (Without a seed, the kernel draws its seed once when it is made.)
+    deterministic = False
     kind = "uniform"
     allowed = _FLOATS
 
@@ -110,6 +113,7 @@ class _Like(_RandomOp):
 @op("", "RandomUniform", since=1, param=RandomUniformParam)
 class RandomUniformOp(_FromShape):
     """y ~ U[low, high) of the attribute shape; float32/float64."""
+
 
 
 @op("", "RandomNormal", since=1, param=RandomNormalParam)

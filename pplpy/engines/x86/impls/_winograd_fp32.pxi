@@ -1,0 +1,290 @@
+# Winograd F(4x4, 3x3) convolution on N16CX: 3x3, stride 1, dilation 1, group 1.
+#
+# Written once, included by _winograd_fp32_{avx512,fma,sse}.pyx after each defines PPL_VLEN.
+#
+# The output is cut into 4x4 tiles, each computed from the 6x6 input tile around it:
+#
+#     y = A^T [ U (.) V ] A,   U = G g G^T (per output/input channel pair, at build time),
+#                              V = B^T d B (per input tile and channel, at run time)
+#
+# Summed over input channels, entry t of the 6x6 element-wise product is a GEMM:
+# M_t[tiles x OC] = V_t[tiles x IC] . U_t[IC x OC], 36 of them per block of tiles, run on the
+# brgemm microkernel with the batch over input-channel blocks (K = 16 each).  That is 36 * IC
+# * OC multiply-adds per 16 output pixels instead of 9 * 16 * IC * OC: 4x fewer.
+#
+# A work item is a block of T consecutive tiles (over image, tile row, tile column), and does
+# all three phases into its thread's scratch:
+#     input transform   V[t][icb][T tiles][16]          (36 * ICB * T * 16 floats)
+#     36 GEMMs          M[t][ocb][T tiles][16]          (36 * OCBP * T * 16 floats)
+#     output transform  A^T m A + bias, post-op, into the N16CX output
+# so items are independent and the op is one step with no barrier.  T is chosen so that V and
+# M stay in L2; it does not depend on the thread count (every thread count gives the same
+# bits).  Pixels outside the image read as zero, so padding is never materialised; tiles
+# hanging over the bottom or right edge of the output write only their valid pixels.
+#
+# Packed weights are a dict (layout private to this module's tier):
+#   kind "winograd_f4x3": data float32 (36, npanels, ICB, 16, PPL_NB): U_t for output
+#   channels of panel p and input channels of block icb, zero past oc and ic.
+
+from pplpy.runtime.step cimport Step, new_step, ppl_partition
+
+import numpy
+
+from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.runtime.step import run_steps
+
+include "_brgemm_fp32.pxi"
+
+cdef extern from "_winograd_fp32.h" nogil:
+    void ppl_wino_input_tile(const float *x, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ih0,
+                             Py_ssize_t iw0, float *v, Py_ssize_t vstride)
+    void ppl_wino_output_tile(const float *m, Py_ssize_t mstride, const float *bias, float *y,
+                              Py_ssize_t OW, Py_ssize_t oh0, Py_ssize_t ow0, int nh, int nw,
+                              int post_op, float p0, float p1)
+
+cdef enum:
+    _POS = 36                   # 6 x 6 transformed tile positions
+    _PARALLEL_FLOPS = 1 << 20   # direct-equivalent FLOPs below which the step is serial
+    # Scratch budget per item (V and M together), in floats: 512 KiB stays in a 1-2 MiB L2.
+    _ITEM_FLOATS = 128 * 1024
+
+# G of F(4x4, 3x3): U = G g G^T.  (Written as 24ths: Cython folds 1 / 4 as C int division.)
+_G = numpy.array([[6, 0, 0], [-4, -4, -4], [-4, 4, -4], [1, 2, 4], [1, -2, 4], [0, 0, 24]],
+                 dtype=numpy.float64) / 24.0
+
+
+ctypedef struct _WinoArgs:
+    const float *x
+    float *y
+    const float *u                 # packed (36, npanels, icb, 16, PPL_NB)
+    const float *bias              # ocbp * 16 padded biases, or NULL: raw_bias
+    const float *raw_bias          # oc values computed at run time, or NULL
+    Py_ssize_t oc, icb, ocb, ocbp, npanels
+    Py_ssize_t H, W, OH, OW, TH, TW, pt, pl
+    Py_ssize_t tiles, block, nitems  # all tiles (batch * TH * TW), tiles per item, items
+    int kc
+    int post_op
+    float p0, p1
+    ppl_epilogue ep
+    float *scratch                 # max_threads slices of scratch_floats
+    Py_ssize_t scratch_floats
+    const float **ptrs             # max_threads slices of 2 * icb batch pointers
+    int max_threads
+
+
+cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return (a + b - 1) // b
+
+
+def winograd_layout(Py_ssize_t oc, Py_ssize_t ic):
+    """Blocking of the packed weight for oc x ic channels: (npanels, icb, ocbp)."""
+    cdef Py_ssize_t npanels = _ceil_div(_ceil_div(oc, PPL_CB) * PPL_CB, PPL_NB)
+    return npanels, _ceil_div(ic, PPL_CB), _ceil_div(npanels * PPL_NB, PPL_CB)
+
+
+def winograd_pack_weight(w):
+    """U = G g G^T of an ONNX (OC, IC, 3, 3) weight, packed for winograd_conv steps."""
+    w = numpy.asarray(w, dtype=numpy.float32)
+    if w.ndim != 4 or w.shape[2:] != (3, 3) or min(w.shape[:2]) < 1:
+        raise ValueError(f"winograd_pack_weight: expected (OC, IC, 3, 3), got {w.shape}")
+    oc, ic = w.shape[:2]
+    npanels, icb, _ = winograd_layout(oc, ic)
+    u = numpy.einsum("ap,oipq,bq->abio", _G, w.astype(numpy.float64), _G).reshape(_POS, ic, oc)
+    full = numpy.zeros((_POS, icb * PPL_CB, npanels * PPL_NB), numpy.float32)
+    full[:, :ic, :oc] = u
+    # (36, ic, panel, NB) -> (36, panel, ic blocks, 16, NB)
+    data = full.reshape(_POS, icb, PPL_CB, npanels, PPL_NB).transpose(0, 3, 1, 2, 4)
+    return {"kind": "winograd_f4x3", "oc": oc, "ic": ic, "npanels": npanels,
+            "data": numpy.ascontiguousarray(data)}
+
+
+def winograd_tiles_per_item(Py_ssize_t batch, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t in_c,
+                            Py_ssize_t out_c):
+    """T: tiles per work item, from the shapes alone.  As many as keep V and M within the
+    scratch budget (at least one register tile of rows), then evened out over the items."""
+    _, icb, ocbp = winograd_layout(out_c, in_c)
+    cdef Py_ssize_t tiles = batch * _ceil_div(OH, 4) * _ceil_div(OW, 4)
+    cdef Py_ssize_t per_tile = _POS * (icb + ocbp) * PPL_CB
+    cdef Py_ssize_t block = max(<Py_ssize_t>PPL_MR, _ITEM_FLOATS // per_tile // PPL_MR * PPL_MR)
+    block = min(block, tiles)
+    return _ceil_div(tiles, _ceil_div(tiles, block))
+
+
+cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, float *scratch,
+                     const float **a_ptrs, const float **b_ptrs) noexcept nogil:
+    """Tiles [t0, t1): input transform, 36 GEMMs, output transform."""
+    cdef Py_ssize_t T = c.block, nt = t1 - t0
+    cdef Py_ssize_t vstride = c.icb * T * PPL_CB     # between tile positions in V
+    cdef Py_ssize_t mstride = c.ocbp * T * PPL_CB    # between tile positions in M
+    cdef float *bias = scratch
+    cdef float *v = scratch + c.ocbp * PPL_CB
+    cdef float *m = v + _POS * vstride
+    cdef Py_ssize_t plane = c.H * c.W * PPL_CB, oplane = c.OH * c.OW * PPL_CB
+    cdef Py_ssize_t i, tile, n, th, tw, cb, pos, p, r, mm, j, col0
+    cdef const float *bsrc
+    cdef float *cdst
+
+    if c.bias != NULL:
+        bsrc = c.bias
+    else:
+        for j in range(c.ocbp * PPL_CB):
+            bias[j] = c.raw_bias[j] if c.raw_bias != NULL and j < c.oc else 0
+        bsrc = bias
+
+    for i in range(nt):
+        tile = t0 + i
+        tw = tile % c.TW
+        th = (tile // c.TW) % c.TH
+        n = tile // (c.TW * c.TH)
+        for cb in range(c.icb):
+            ppl_wino_input_tile(c.x + (n * c.icb + cb) * plane, c.H, c.W, th * 4 - c.pt,
+                                tw * 4 - c.pl, v + (cb * T + i) * PPL_CB, vstride)
+
+    for pos in range(_POS):
+        for p in range(c.npanels):
+            col0 = p * PPL_NB
+            for cb in range(c.icb):
+                a_ptrs[cb] = v + pos * vstride + cb * T * PPL_CB
+                b_ptrs[cb] = c.u + ((pos * c.npanels + p) * c.icb + cb) * PPL_CB * PPL_NB
+            cdst = m + pos * mstride + (col0 // PPL_CB) * T * PPL_CB + col0 % PPL_CB
+            r = 0
+            while r < nt:
+                mm = min(<Py_ssize_t>PPL_MR, nt - r)
+                ppl_brgemm(<int>mm, PPL_NB, c.icb, a_ptrs, b_ptrs, c.kc, PPL_CB,
+                           cdst + r * PPL_CB, PPL_CB, T * PPL_CB, &c.ep)
+                for cb in range(c.icb):
+                    a_ptrs[cb] += mm * PPL_CB
+                r += mm
+
+    for i in range(nt):
+        tile = t0 + i
+        tw = tile % c.TW
+        th = (tile // c.TW) % c.TH
+        n = tile // (c.TW * c.TH)
+        for cb in range(c.ocb):
+            ppl_wino_output_tile(m + (cb * T + i) * PPL_CB, mstride, bsrc + cb * PPL_CB,
+                                 c.y + (n * c.ocb + cb) * oplane, c.OW, th * 4, tw * 4,
+                                 <int>min(<Py_ssize_t>4, c.OH - th * 4),
+                                 <int>min(<Py_ssize_t>4, c.OW - tw * 4),
+                                 c.post_op, c.p0, c.p1)
+
+
+cdef void _wino_step(const void *args, int tid, int nthreads) noexcept nogil:
+    """Items are blocks of T tiles; thread tid takes its contiguous share."""
+    cdef const _WinoArgs *c = <const _WinoArgs *>args
+    cdef Py_ssize_t begin, end, item
+    if nthreads > c.max_threads:  # a larger team than the scratch was made for
+        if tid >= c.max_threads:
+            return
+        nthreads = c.max_threads
+    cdef float *scratch = c.scratch + tid * c.scratch_floats
+    cdef const float **a_ptrs = c.ptrs + tid * 2 * c.icb
+    ppl_partition(c.nitems, tid, nthreads, &begin, &end)
+    for item in range(begin, end):
+        _wino_item(c, item * c.block, min(c.tiles, (item + 1) * c.block), scratch, a_ptrs,
+                   a_ptrs + c.icb)
+
+
+def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int out_c,
+                            Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW,
+                            int pad_top, int pad_left, int post_op, float p0, float p1,
+                            int num_threads, *, packed_w, bias=None, size_t b=0, keep=(),
+                            Py_ssize_t tiles_per_item=0):
+    """The step computing y = post_op(conv3x3(x, W) + bias), stride 1, dilation 1, group 1,
+    x and y in N16CX at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16),
+    OH, OW, 16); pads end are implied by OH and OW.
+
+    packed_w from winograd_pack_weight.  Bias: an array of out_c values, or the address b of
+    one computed at run time, or neither.  Memory at addresses outlives the step (``keep``).
+    tiles_per_item: 0 picks it from the shapes (winograd_tiles_per_item)."""
+    if min(pad_top, pad_left) < 0 or min(batch, H, W, OH, OW, in_c, out_c) < 1:
+        raise ValueError(f"make_winograd_conv_step: bad shapes batch={batch} in_c={in_c} "
+                         f"out_c={out_c} H={H} W={W} OH={OH} OW={OW} pads=({pad_top}, "
+                         f"{pad_left})")
+    if post_op < 0 or post_op > max(PostOp):
+        raise ValueError(f"make_winograd_conv_step: unknown post_op {post_op}")
+    if (not isinstance(packed_w, dict) or packed_w.get("kind") != "winograd_f4x3"
+            or packed_w["oc"] != out_c or packed_w["ic"] != in_c):
+        raise ValueError(f"make_winograd_conv_step: packed_w must come from "
+                         f"winograd_pack_weight for oc={out_c} ic={in_c}")
+    if bias is not None and b:
+        raise ValueError("make_winograd_conv_step: give bias or the address b, not both")
+    npanels, icb, ocbp = winograd_layout(out_c, in_c)
+    num_threads = max(1, num_threads)
+    if tiles_per_item <= 0:
+        tiles_per_item = winograd_tiles_per_item(batch, OH, OW, in_c, out_c)
+    cdef Py_ssize_t TH = _ceil_div(OH, 4), TW = _ceil_div(OW, 4)
+    cdef Py_ssize_t tiles = batch * TH * TW
+    cdef Py_ssize_t block = min(tiles_per_item, tiles)
+
+    bias_pad = None
+    if not b:
+        bias_pad = numpy.zeros(ocbp * PPL_CB, dtype=numpy.float32)
+        if bias is not None:
+            bias = numpy.asarray(bias, dtype=numpy.float32).reshape(-1)
+            if bias.shape[0] != out_c:
+                raise ValueError(f"make_winograd_conv_step: bias must have {out_c} values, "
+                                 f"got {bias.shape[0]}")
+            bias_pad[:out_c] = bias
+    cdef Py_ssize_t scratch_floats = ocbp * PPL_CB + _POS * (icb + ocbp) * block * PPL_CB
+    scratch_floats = _ceil_div(scratch_floats, 16) * 16  # slices 64 bytes apart
+    scratch = numpy.zeros(num_threads * scratch_floats, dtype=numpy.float32)
+    ptrs = numpy.empty(num_threads * 2 * icb, dtype=numpy.uintp)
+
+    cdef double flops = 2.0 * batch * out_c * OH * OW * 9 * in_c
+    data = packed_w["data"]
+    cdef Step step = new_step(_wino_step, sizeof(_WinoArgs), flops >= _PARALLEL_FLOPS,
+                              (keep, data, bias_pad, scratch, ptrs))
+    cdef _WinoArgs *c = <_WinoArgs *>step.args
+    cdef const float[::1] uv = data.reshape(-1)
+    cdef float[::1] scratch_v = scratch
+    cdef size_t[::1] ptrs_v = ptrs
+    cdef const float[::1] bias_v
+    c.x = <const float *>x
+    c.y = <float *>y
+    c.u = &uv[0]
+    c.bias = NULL
+    if bias_pad is not None:
+        bias_v = bias_pad
+        c.bias = &bias_v[0]
+    c.raw_bias = <const float *>b
+    c.oc, c.icb, c.ocb, c.ocbp, c.npanels = out_c, icb, _ceil_div(out_c, PPL_CB), ocbp, npanels
+    c.H, c.W, c.OH, c.OW, c.TH, c.TW, c.pt, c.pl = H, W, OH, OW, TH, TW, pad_top, pad_left
+    c.tiles, c.block, c.nitems = tiles, block, _ceil_div(tiles, block)
+    # With fewer than 16 input channels the rest of the block is padding: reduce over the
+    # real channels only (their weight rows come first).
+    c.kc = in_c if icb == 1 else PPL_CB
+    c.post_op, c.p0, c.p1 = post_op, p0, p1
+    c.ep.alpha = 1.0
+    c.ep.beta = 0.0
+    c.ep.bias = NULL
+    c.ep.addend = NULL
+    c.ep.accumulate = 0
+    c.ep.post_op = 0
+    c.ep.p0, c.ep.p1 = 0.0, 0.0
+    c.scratch = &scratch_v[0]
+    c.scratch_floats = scratch_floats
+    c.ptrs = <const float **>&ptrs_v[0]
+    c.max_threads = num_threads
+    return step
+
+
+def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pad_top,
+                               int pad_left, int post_op, float p0, float p1, int num_threads,
+                               Py_ssize_t tiles_per_item=0):
+    """y = post_op(conv3x3(x, w) + bias), stride 1, x and y in N16CX; packed_w from
+    winograd_pack_weight.  The test wrapper of make_winograd_conv_step."""
+    cdef const float[:, :, :, :, ::1] xv = x
+    cdef float[:, :, :, :, ::1] yv = y
+    if (xv.shape[4] != PPL_CB or yv.shape[4] != PPL_CB or xv.shape[1] != _ceil_div(in_c, PPL_CB)
+            or yv.shape[1] != _ceil_div(out_c, PPL_CB) or yv.shape[0] != xv.shape[0]):
+        raise ValueError(
+            f"winograd_conv2d_n16cx_fp32: expected x (N, {_ceil_div(in_c, PPL_CB)}, H, W, 16) "
+            f"and y (N, {_ceil_div(out_c, PPL_CB)}, OH, OW, 16), got x "
+            f"{tuple(numpy.shape(x))} and y {tuple(numpy.shape(y))}")
+    step = make_winograd_conv_step(
+        <size_t>&xv[0, 0, 0, 0, 0], <size_t>&yv[0, 0, 0, 0, 0], xv.shape[0], in_c, out_c,
+        xv.shape[2], xv.shape[3], yv.shape[2], yv.shape[3], pad_top, pad_left, post_op, p0, p1,
+        num_threads, packed_w=packed_w, bias=bias, keep=(x, y),
+        tiles_per_item=tiles_per_item)
+    run_steps([step], num_threads)

@@ -1,0 +1,6 @@
+# winograd_fp32 for the fma tier: the body is _winograd_fp32.pxi, vectors of 8 floats.
+cdef extern from *:
+    """
+    #define PPL_VLEN 8
+    """
+include "_winograd_fp32.pxi"

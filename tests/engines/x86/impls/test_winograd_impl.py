@@ -1,0 +1,155 @@
+"""winograd_fp32 impls (F(4x4, 3x3) convolution on N16CX) against a numpy reference and the
+direct conv, every ISA."""
+
+import numpy as np
+import pytest
+from impl_variants import assert_variants_export_the_same_names, post_op_reference, \
+    variant_fixture
+
+from pplpy.engines.x86.impls.post_ops import PostOp
+
+wino = variant_fixture("winograd_fp32")
+
+
+def to_n16cx(x):
+    n, c, h, w = x.shape
+    cb = -(-c // 16)
+    padded = np.zeros((n, cb * 16, h, w), np.float32)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, cb, 16, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def from_n16cx(y, c):
+    n, cb, h, w, _ = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * 16, h, w)[:, :c]
+
+
+def conv3x3_ref(x, w, b, pads, out_hw):
+    """y[n, o, i, j] = b[o] + sum_{c, p, q} x_pad[n, c, i + p, j + q] w[o, c, p, q], float64."""
+    n, ic, h, wd = x.shape
+    (pt, pl), (oh, ow) = pads, out_hw
+    xp = np.zeros((n, ic, oh + 2, ow + 2), np.float64)
+    src = x[:, :, max(0, -pt):, max(0, -pl):][:, :, :oh + 2 - pt, :ow + 2 - pl]
+    xp[:, :, pt:pt + src.shape[2], pl:pl + src.shape[3]] = src
+    y = np.zeros((n, w.shape[0], oh, ow), np.float64)
+    for p in range(3):
+        for q in range(3):
+            y += np.einsum("nchw,oc->nohw", xp[:, :, p:p + oh, q:q + ow], w[:, :, p, q])
+    return y if b is None else y + b[None, :, None, None]
+
+
+def activation_ref(y, post_op, p0, p1):
+    if post_op == PostOp.TANH:
+        return np.tanh(y)
+    if post_op == PostOp.HARD_SWISH:
+        return y * np.clip(y / 6 + 0.5, 0, 1)
+    return post_op_reference(y, post_op, p0, p1)
+
+
+def run_wino(wino, x, wt, b, pads, pads_end, post_op=PostOp.NONE, p0=0.0, p1=0.0, threads=1,
+             tiles_per_item=0):
+    n, ic, h, w = x.shape
+    oc = wt.shape[0]
+    oh, ow = h + pads[0] + pads_end[0] - 2, w + pads[1] + pads_end[1] - 2
+    xn = to_n16cx(x)
+    if ic % 16:
+        xn[:, -1, :, :, ic % 16:] = 7.0  # padding lanes hold finite garbage: must not leak
+    y = np.full((n, -(-oc // 16), oh, ow, 16), np.nan, np.float32)
+    wino.winograd_conv2d_n16cx_fp32(xn, wino.winograd_pack_weight(wt), b, y, ic, oc, pads[0],
+                                    pads[1], int(post_op), p0, p1, threads, tiles_per_item)
+    assert np.isfinite(y).all(), "padding lanes of y must be finite"
+    return y, (oh, ow)
+
+
+def check_case(wino, rng, n, ic, oc, h, w, pads, pads_end=None, bias=True, post_op=PostOp.NONE,
+               p0=0.0, p1=0.0, threads=1, tiles_per_item=0):
+    pads_end = pads if pads_end is None else pads_end
+    x = rng.standard_normal((n, ic, h, w), dtype=np.float32)
+    wt = rng.standard_normal((oc, ic, 3, 3), dtype=np.float32)
+    b = rng.standard_normal(oc, dtype=np.float32) if bias else None
+    y, out_hw = run_wino(wino, x, wt, b, pads, pads_end, post_op, p0, p1, threads,
+                         tiles_per_item)
+    ref = activation_ref(conv3x3_ref(x, wt, b, pads, out_hw), post_op, p0, p1)
+    # F(4x4, 3x3) loses a few bits more than a direct sum: its error grows with the output
+    # magnitude, about sqrt(9 * ic) here.
+    scale = np.sqrt(ic * 9) + 1
+    np.testing.assert_allclose(from_n16cx(y, oc), ref, rtol=1e-4, atol=2e-5 * scale)
+
+
+# (n, ic, oc, h, w, pads, pads_end)
+CASES = [
+    (1, 16, 16, 8, 8, (1, 1), None),
+    (1, 16, 32, 12, 16, (0, 0), None),       # no padding, whole tiles
+    (2, 3, 5, 9, 7, (1, 1), None),           # channels below one block, odd sizes
+    (1, 20, 37, 11, 13, (1, 1), None),       # channels not multiples of 16
+    (1, 33, 17, 5, 6, (1, 0), (0, 1)),       # asymmetric pads
+    (1, 48, 48, 3, 3, (1, 1), None),         # one partial tile
+    (3, 17, 40, 7, 10, (1, 1), None),        # tiles of several images in one item
+    (1, 64, 64, 23, 19, (1, 1), None),
+    (1, 8, 8, 4, 5, (2, 3), (1, 2)),         # pads wider than the kernel
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_winograd_matches_reference(wino, case):
+    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    n, ic, oc, h, w, pads, pads_end = case
+    check_case(wino, rng, n, ic, oc, h, w, pads, pads_end)
+
+
+@pytest.mark.parametrize("post_op,p0,p1", [(PostOp.RELU, 0, 0), (PostOp.LEAKY_RELU, 0.1, 0),
+                                           (PostOp.CLIP, -0.5, 1.5), (PostOp.SIGMOID, 0, 0),
+                                           (PostOp.TANH, 0, 0), (PostOp.HARD_SWISH, 0, 0)])
+def test_winograd_post_ops(wino, post_op, p0, p1):
+    rng = np.random.default_rng(int(post_op))
+    check_case(wino, rng, 1, 24, 24, 7, 9, (1, 1), post_op=post_op, p0=p0, p1=p1)
+
+
+@pytest.mark.parametrize("tiles_per_item", [0, 1, 5, 1000])
+def test_winograd_threads_and_blocks(wino, tiles_per_item):
+    """Two threads and any tiles per item give the same bits as one thread."""
+    rng = np.random.default_rng(tiles_per_item)
+    x = rng.standard_normal((2, 32, 14, 13), dtype=np.float32)
+    wt = rng.standard_normal((32, 32, 3, 3), dtype=np.float32)
+    one, _ = run_wino(wino, x, wt, None, (1, 1), (1, 1), threads=1)
+    two, _ = run_wino(wino, x, wt, None, (1, 1), (1, 1), threads=2,
+                      tiles_per_item=tiles_per_item)
+    check_case(wino, rng, 2, 32, 32, 14, 13, (1, 1), bias=False, threads=2,
+               tiles_per_item=tiles_per_item)
+    if tiles_per_item == 0:
+        np.testing.assert_array_equal(one, two)
+    else:
+        # One-row register tiles sum in another order: last bits differ.
+        np.testing.assert_allclose(one, two, rtol=1e-5, atol=2e-5 * np.abs(one).max())
+
+
+def test_winograd_close_to_direct(wino):
+    """Both algorithms give close results on a ResNet-like layer."""
+    from pplpy.engines.x86.impls.dispatch import load_variant
+
+    conv = load_variant("conv_fp32", wino.__name__.rsplit("_", 1)[1])
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 64, 20, 20), dtype=np.float32)
+    wt = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+    b = rng.standard_normal(64, dtype=np.float32)
+    y, (oh, ow) = run_wino(wino, x, wt, b, (1, 1), (1, 1), PostOp.RELU)
+    direct = np.full_like(y, np.nan)
+    conv.conv2d_n16cx_fp32(to_n16cx(x), conv.conv_pack_weight(wt, 1), b, direct, 64, 64, 1, 3,
+                           3, 1, 1, 1, 1, 1, 1, int(PostOp.RELU), 0.0, 0.0, 1)
+    assert np.abs(y - direct).max() <= 1e-4 * np.abs(direct).max()
+
+
+def test_winograd_rejects_bad_arguments(wino):
+    packed = wino.winograd_pack_weight(np.zeros((16, 8, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="winograd_pack_weight"):
+        wino.winograd_pack_weight(np.zeros((16, 8, 5, 5), np.float32))
+    x = np.zeros((1, 1, 6, 6, 16), np.float32)
+    y = np.zeros((1, 1, 6, 6, 16), np.float32)
+    with pytest.raises(ValueError, match="oc=16 ic=16"):
+        wino.winograd_conv2d_n16cx_fp32(x, packed, None, y, 16, 16, 1, 1, 0, 0.0, 0.0, 1)
+    with pytest.raises(ValueError, match="post_op"):
+        wino.winograd_conv2d_n16cx_fp32(x, packed, None, y, 8, 16, 1, 1, 9, 0.0, 0.0, 1)
+
+
+def test_variants_export_the_same_names():
+    assert_variants_export_the_same_names("winograd_fp32")

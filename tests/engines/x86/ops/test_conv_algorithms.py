@@ -1,0 +1,137 @@
+"""Conv's algorithms (direct, Winograd F(4x4, 3x3)) through pplpy.load against onnx.reference,
+every ISA cap: which layers choose which, PPLPY_CONV_ALGO, post-ops, threads, and that both
+algorithms agree."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+from onnx_builders import FLOAT, ISAS, make_model
+
+import pplpy
+from pplpy.engines.x86.ops.onnx.conv import choose_algorithm
+from pplpy.errors import PplError
+from pplpy.params.onnx import ConvParam
+from pplpy.tools.pplnn import format_graph
+
+RNG = np.random.default_rng(11)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def conv_model(ic, oc, h, w, pads=(1, 1, 1, 1), bias=True, activation=None, kernel=3,
+               strides=(1, 1), constant_w=True):
+    wt = (rand(oc, ic, kernel, kernel) / np.sqrt(ic * kernel * kernel)).astype(np.float32)
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    out = "t" if activation else "y"
+    nodes = [helper.make_node("Conv", inputs, [out], pads=list(pads), strides=list(strides))]
+    if activation:
+        nodes.append(helper.make_node(activation, ["t"], ["y"]))
+    inits = ([("w", wt)] if constant_w else []) + ([("b", rand(oc))] if bias else [])
+    feeds = {"x": rand(2, ic, h, w)}
+    if not constant_w:
+        feeds["w"] = wt
+    declared = [(name, FLOAT, list(v.shape)) for name, v in feeds.items()]
+    return make_model(nodes, declared, [("y", FLOAT, None)], inits), feeds
+
+
+def run(model, feeds, tmp_path, isa=None, threads=1, algo=None, monkeypatch=None):
+    """(output, the Conv kernel's algorithm)."""
+    if algo is not None:
+        monkeypatch.setenv("PPLPY_CONV_ALGO", algo)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(path, max_isa=isa, num_threads=threads)
+    kernel, = [k for n, k in rt.result.kernels.items() if n.op_type == "Conv"]
+    return rt.run(feeds)["y"], kernel.algorithm
+
+
+def assert_close(got, want):
+    """Winograd's error grows with the output magnitude: tolerances relative to it."""
+    scale = np.abs(want).max() + 1
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * scale)
+
+
+# (ic, oc, h, w, pads, bias, activation)
+CASES = [
+    (16, 16, 8, 8, (1, 1, 1, 1), True, None),
+    (20, 37, 11, 13, (1, 1, 1, 1), True, "Relu"),      # channels not multiples of 16
+    (33, 17, 11, 9, (0, 0, 0, 0), False, None),       # no pads, odd sizes
+    (24, 40, 10, 9, (1, 0, 0, 1), True, "Sigmoid"),   # asymmetric pads
+    (64, 64, 14, 14, (1, 1, 1, 1), True, "LeakyRelu"),
+]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_winograd_matches_reference(isa, case, tmp_path, monkeypatch):
+    ic, oc, h, w, pads, bias, activation = case
+    model, feeds = conv_model(ic, oc, h, w, pads, bias, activation)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    one, algo = run(model, feeds, tmp_path, isa, 1, "auto", monkeypatch)
+    assert algo == "winograd_f4x3"
+    assert_close(one, want)
+    two, _ = run(model, feeds, tmp_path, isa, 2)
+    np.testing.assert_array_equal(two, one)  # the split does not depend on the team
+    direct, algo = run(model, feeds, tmp_path, isa, 1, "direct", monkeypatch)
+    assert algo == "direct"
+    assert_close(direct, want)
+    assert_close(one, direct)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_forced_winograd_on_small_layers(isa, tmp_path, monkeypatch):
+    """PPLPY_CONV_ALGO=winograd runs layers auto leaves direct: few channels, tiny images."""
+    for ic, oc, h, w in [(3, 5, 9, 7), (8, 16, 4, 5), (16, 16, 2, 3)]:
+        model, feeds = conv_model(ic, oc, h, w)
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        assert run(model, feeds, tmp_path, isa, 1, "auto", monkeypatch)[1] == "direct"
+        got, algo = run(model, feeds, tmp_path, isa, 2, "winograd", monkeypatch)
+        assert algo == "winograd_f4x3"
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"kernel": 5, "pads": (2, 2, 2, 2)},
+    {"strides": (2, 2)},
+    {"constant_w": False},
+], ids=["5x5", "stride-2", "run-time-w"])
+def test_winograd_falls_back_to_direct(kwargs, tmp_path, monkeypatch):
+    model, feeds = conv_model(16, 16, 9, 9, **kwargs)
+    got, algo = run(model, feeds, tmp_path, None, 1, "winograd", monkeypatch)
+    assert algo == "direct"
+    assert_close(got, ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def test_choose_algorithm():
+    p = ConvParam(pads=(1, 1, 1, 1))
+    w = (64, 64, 3, 3)
+    assert choose_algorithm(p, (1, 64, 56, 56), w, True, (56, 56), "auto") == "winograd_f4x3"
+    assert choose_algorithm(p, None, w, True, None, "auto") == "winograd_f4x3"  # unknown H, W
+    assert choose_algorithm(p, (1, 64, 4, 4), w, True, (4, 4), "auto") == "direct"
+    big = (256, 256, 3, 3)
+    assert choose_algorithm(p, (1, 256, 14, 14), big, True, (14, 14), "auto") == "winograd_f4x3"
+    assert choose_algorithm(p, (1, 256, 7, 7), big, True, (7, 7), "auto") == "direct"
+    assert choose_algorithm(p, None, (512, 512, 3, 3), True, None, "auto") == "direct"
+    assert choose_algorithm(p, (1, 8, 56, 56), (64, 8, 3, 3), True, (56, 56), "auto") == "direct"
+    assert choose_algorithm(p, (1, 64, 56, 56), w, False, (56, 56), "auto") == "direct"
+    assert choose_algorithm(ConvParam(group=2), None, (64, 32, 3, 3), True) == "direct"
+    assert choose_algorithm(ConvParam(dilations=(2, 2)), None, w, True) == "direct"
+    assert choose_algorithm(p, (1, 64, 56, 56), w, True, (56, 56), "direct") == "direct"
+    assert choose_algorithm(p, (1, 8, 4, 4), (8, 8, 3, 3), True, (4, 4), "winograd") \
+        == "winograd_f4x3"
+    with pytest.raises(PplError, match="PPLPY_CONV_ALGO"):
+        choose_algorithm(p, None, w, True, None, "fast")
+
+
+def test_dump_graph_shows_the_algorithm(tmp_path, monkeypatch):
+    monkeypatch.delenv("PPLPY_CONV_ALGO", raising=False)
+    model, _ = conv_model(32, 32, 16, 16, activation="Relu")
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(path)
+    text = format_graph(rt.graph, rt.result.ops, rt.tensor_shapes(), kernels=rt.result.kernels)
+    assert "algorithm  winograd_f4x3" in text
