@@ -10,12 +10,14 @@ Shapes (M x N x K, 2 FLOPs per multiply-add):
   batch-reduce 9 x (3136 x 64 x 64)    the same layer as a direct N16CX conv step: 9 taps
                                        batch-reduced by ppl_brgemm, no im2col
 Each step is built once (make_gemm_step / make_conv2d_n16cx_step) and run as a one-step
-plan (pplpy.runtime.step.Plan), so the figures exclude building.  Medians of --repeats runs;
-the peak is per core, times --threads.
+plan (pplpy.runtime.step.Plan), so the figures exclude building.  Medians of --repeats runs,
+taken round-robin over the shapes (4 at a time) so that load from other processes hits every
+shape alike; the peak is per core, times --threads.
 """
 
 import argparse
 import os
+import statistics
 import sys
 
 import numpy as np
@@ -77,14 +79,23 @@ def run_tier(tier, threads, warmup, repeats, peak):
     gemm = load_variant("gemm_fp32", tier)
     conv = load_variant("conv_fp32", tier)
     rng = np.random.default_rng(0)
-    rows = []
+    cases = []
     for name, m, n, k in GEMM_SHAPES:
         plan, err = gemm_case(gemm, m, n, k, threads, rng)
-        ms = median_ms(plan.run, warmup, repeats)
-        rows.append((f"{name} {m}x{n}x{k}", 2.0 * m * n * k, ms, err))
+        cases.append((f"{name} {m}x{n}x{k}", 2.0 * m * n * k, plan, err))
     plan, err, kind = conv_case(conv, threads, rng)
-    ms = median_ms(plan.run, warmup, repeats)
-    rows.append((f"batch-reduce 9x(3136x64x64) [{kind} conv]", 2.0 * 3136 * 64 * 576, ms, err))
+    cases.append((f"batch-reduce 9x(3136x64x64) [{kind} conv]", 2.0 * 3136 * 64 * 576, plan,
+                  err))
+    # round-robin over the cases, a few runs of each per round: a burst of load from another
+    # process then spreads over every case instead of sinking one
+    times = [[] for _ in cases]
+    for case in cases:
+        median_ms(case[2].run, warmup, 0)
+    for _ in range(max(1, repeats // 4)):
+        for i, case in enumerate(cases):
+            times[i].extend(median_ms(case[2].run, 0, 1) for _ in range(4))
+    rows = [(label, flop, statistics.median(t), err)
+            for (label, flop, _, err), t in zip(cases, times)]
     for label, flop, ms, err in rows:
         gflops = flop / ms / 1e6
         print(f"{tier:7} {label:38} {ms:>8.3f} {gflops:>8.1f} "
