@@ -36,6 +36,12 @@ def bn(prefix, c, x, y, eps=1e-5, var_lo=0.5):
     return node, inits
 
 
+def add_bn(nodes, inits, *args, **kwargs):
+    node, more = bn(*args, **kwargs)
+    nodes.append(node)
+    inits.update(more)
+
+
 def check(save_model, m, feeds, rtol=1e-4, atol=1e-5):
     """Folded vs unfolded vs the reference; returns the folded model's op types after the
     whole pipeline and the folded model."""
@@ -88,12 +94,12 @@ def test_resnet_block_with_residual_add(save_model):
     nodes, inits = [], {"w1": rand(c, c, 3, 3) * 0.2, "w2": rand(c, c, 3, 3) * 0.2,
                         "b2": rand(c), "ws": rand(c, c, 1, 1)}
     nodes.append(helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]))
-    n, i = bn("bn1", c, "c1", "n1"); nodes.append(n); inits.update(i)
+    add_bn(nodes, inits, "bn1", c, "c1", "n1")
     nodes.append(helper.make_node("Relu", ["n1"], ["r1"]))
     nodes.append(helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]))
-    n, i = bn("bn2", c, "c2", "n2", eps=1e-3); nodes.append(n); inits.update(i)
+    add_bn(nodes, inits, "bn2", c, "c2", "n2", eps=1e-3)
     nodes.append(helper.make_node("Conv", ["x", "ws"], ["cs"]))
-    n, i = bn("bns", c, "cs", "ns"); nodes.append(n); inits.update(i)
+    add_bn(nodes, inits, "bns", c, "cs", "ns")
     nodes.append(helper.make_node("Add", ["n2", "ns"], ["s"]))
     nodes.append(helper.make_node("Relu", ["s"], ["y"]))
     m = model(nodes, inits, [("x", [1, c, 10, 10])])
@@ -113,10 +119,10 @@ def test_mobilenet_depthwise_conv_bn_clip(save_model, c):
                         "lo": np.float32(0), "hi": np.float32(6)}
     nodes.append(helper.make_node("Conv", ["x", "wd"], ["d"], group=c, pads=[1, 1, 1, 1],
                                   strides=[2, 2]))
-    n, i = bn("bn1", c, "d", "nd"); nodes.append(n); inits.update(i)
+    add_bn(nodes, inits, "bn1", c, "d", "nd")
     nodes.append(helper.make_node("Clip", ["nd", "lo", "hi"], ["r"]))
     nodes.append(helper.make_node("Conv", ["r", "wp"], ["p"]))
-    n, i = bn("bn2", 12, "p", "y"); nodes.append(n); inits.update(i)
+    add_bn(nodes, inits, "bn2", 12, "p", "y")
     m = model(nodes, inits, [("x", [1, c, 11, 11])])
     types, fused, _ = check(save_model, m, {"x": rand(1, c, 11, 11) * 3})
     assert types.count("BatchNormalization") == 0 and "Clip" not in types
@@ -126,7 +132,7 @@ def test_mobilenet_depthwise_conv_bn_clip(save_model, c):
 def test_grouped_conv_bn(save_model):
     nodes, inits = [helper.make_node("Conv", ["x", "w"], ["a"], group=3)], {
         "w": rand(9, 2, 3, 3)}
-    n, i = bn("bn", 9, "a", "y"); nodes.append(n); inits.update(i)
+    add_bn(nodes, inits, "bn", 9, "a", "y")
     m = model(nodes, inits, [("x", [2, 6, 7, 7])])
     types, _, _ = check(save_model, m, {"x": rand(2, 6, 7, 7)})
     assert types == ["Conv"] or "BatchNormalization" not in types
