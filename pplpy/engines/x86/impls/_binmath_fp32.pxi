@@ -45,30 +45,22 @@ DIV = OP_DIV
 
 
 cdef inline float _powf(float a, float b) noexcept nogil:
-    cdef float zero = 0, one = 1, half = 0.5, nan = NAN, inf = INFINITY
+    # Every case is a select on the general result, with no short-circuit: the loop
+    # stays one straight-line body that gcc vectorises.
+    cdef float zero = 0, one = 1, half = 0.5, two = 2, nan = NAN, inf = INFINITY
     cdef float ax = fabsf(a), r, bh = b * half
     cdef bint is_int = floorf(b) == b
-    cdef bint odd = is_int and floorf(bh) != bh
+    cdef bint odd = is_int & (floorf(bh) != bh)
+    cdef bint negative = copysignf(one, a) < zero   # -0 to an odd power keeps its sign
     r = exp_fp32(b * log_fp32(ax))
-    if ax == zero:
-        r = zero if b > zero else inf
-    if ax == inf:
-        r = inf if b > zero else zero
-    if a < zero:
-        if not is_int and ax != inf:
-            r = nan
-        elif odd:
-            r = -r
-    elif odd and copysignf(one, a) < zero:     # -0 to an odd power keeps its sign
-        r = -r
-    if b == 2:
-        r = a * a
-    if a != a or b != b:
-        r = nan
-    if a == -one and (b == inf or b == -inf):
-        r = one
-    if b == zero or a == one:
-        r = one
+    r = (zero if b > zero else inf) if ax == zero else r
+    r = (inf if b > zero else zero) if ax == inf else r
+    r = -r if (negative & odd) else r
+    r = nan if ((a < zero) & (not is_int) & (ax != inf)) else r
+    r = a * a if b == two else r
+    r = nan if ((a != a) | (b != b)) else r
+    r = one if ((a == -one) & (fabsf(b) == inf)) else r
+    r = one if ((b == zero) | (a == one)) else r
     return r
 
 
@@ -77,9 +69,9 @@ cdef inline float _op(const int op, float a, float b) noexcept nogil:
     if op == OP_POW:
         return _powf(a, b)
     if op == OP_MIN:
-        return a if (a < b or a != a) else b
+        return a if ((a < b) | (a != a)) else b
     if op == OP_MAX:
-        return a if (a > b or a != a) else b
+        return a if ((a > b) | (a != a)) else b
     if op == OP_PRELU:
         return a if a > zero else a * b
     if op == OP_ADD:

@@ -254,6 +254,12 @@ cdef void _logic_row(int code, const char **s, const Py_ssize_t *st, char *y,
 # ---------------------------------------------------------------------------------------
 # Where: y = x if cond else z, on element words of 1, 2, 4 or 8 bytes; and COPY.
 
+cdef inline word_t _select(uint8_t c, word_t x, word_t z) noexcept nogil:
+    # A bit mask instead of a branch: gcc vectorises this across the mixed element sizes.
+    cdef word_t m = <word_t>0 - <word_t>(c != 0)
+    return (x & m) | (z & ~m)
+
+
 cdef inline void _where_typed(const uint8_t *c, Py_ssize_t sc, const word_t *x, Py_ssize_t sx,
                               const word_t *z, Py_ssize_t sz, word_t *y,
                               Py_ssize_t n) noexcept nogil:
@@ -261,23 +267,23 @@ cdef inline void _where_typed(const uint8_t *c, Py_ssize_t sc, const word_t *x, 
     cdef word_t xv, zv
     if sc == 1 and sx == 1 and sz == 1:
         for i in range(n):
-            y[i] = x[i] if c[i] else z[i]
+            y[i] = _select(c[i], x[i], z[i])
     elif sc == 1 and sx == 0 and sz == 1:
         xv = x[0]
         for i in range(n):
-            y[i] = xv if c[i] else z[i]
+            y[i] = _select(c[i], xv, z[i])
     elif sc == 1 and sx == 1 and sz == 0:
         zv = z[0]
         for i in range(n):
-            y[i] = x[i] if c[i] else zv
+            y[i] = _select(c[i], x[i], zv)
     elif sc == 1 and sx == 0 and sz == 0:
         xv = x[0]
         zv = z[0]
         for i in range(n):
-            y[i] = xv if c[i] else zv
+            y[i] = _select(c[i], xv, zv)
     else:
         for i in range(n):
-            y[i] = x[i * sx] if c[i * sc] else z[i * sz]
+            y[i] = _select(c[i * sc], x[i * sx], z[i * sz])
 
 
 cdef inline void _copy_typed(const word_t *x, Py_ssize_t sx, word_t *y,
@@ -325,11 +331,11 @@ cdef inline num_t _arith(const int op, num_t a, num_t b) noexcept nogil:
     cdef num_t r
     if op == MIN:
         if num_t is float or num_t is double:
-            return a if (a < b or a != a) else b    # NaN propagates, as np.minimum
+            return a if ((a < b) | (a != a)) else b    # NaN propagates, as np.minimum
         return a if a < b else b
     if op == MAX:
         if num_t is float or num_t is double:
-            return a if (a > b or a != a) else b
+            return a if ((a > b) | (a != a)) else b
         return a if a > b else b
     if op == FMOD:
         if num_t is float:
