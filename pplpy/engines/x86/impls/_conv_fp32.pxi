@@ -42,6 +42,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 import numpy
 
 from pplpy.runtime.step import run_steps
+from pplpy.engines.x86.impls.post_ops import PostOp
 
 include "_brgemm_fp32.pxi"
 
@@ -425,7 +426,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     if min(stride_h, stride_w, dil_h, dil_w) < 1 or min(pad_top, pad_left) < 0:
         raise ValueError("make_conv2d_n16cx_step: strides and dilations must be >= 1, "
                          "pads >= 0")
-    if post_op < 0 or post_op > 4:
+    if post_op < 0 or post_op > max(PostOp):
         raise ValueError(f"make_conv2d_n16cx_step: unknown post_op {post_op}")
     if group < 1 or in_c % group or out_c % group or min(in_c, out_c, kh, kw) < 1:
         raise ValueError(f"make_conv2d_n16cx_step: bad channels in_c={in_c} out_c={out_c} "

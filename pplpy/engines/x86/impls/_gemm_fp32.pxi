@@ -28,6 +28,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 import numpy
 
 from pplpy.runtime.step import run_steps
+from pplpy.engines.x86.impls.post_ops import PostOp
 
 include "_brgemm_fp32.pxi"
 
@@ -262,7 +263,7 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     if m < 1 or n < 1 or k < 0 or batch < 1:
         raise ValueError(f"make_gemm_step: expected m, n, batch >= 1 and k >= 0, got m={m} "
                          f"n={n} k={k} batch={batch}")
-    if post_op < 0 or post_op > 4:
+    if post_op < 0 or post_op > max(PostOp):
         raise ValueError(f"make_gemm_step: unknown post_op {post_op}")
     if (addend or c) and batch != 1:
         raise ValueError("make_gemm_step: addend and c need batch 1")
@@ -366,7 +367,7 @@ def gemm_fp32(const float[:, :] a, const float[:, :, ::1] packed_b, int k, int n
                          f"module's gemm_pack_b, got {(packed_b.shape[0], packed_b.shape[1], packed_b.shape[2])}")
     if out.shape[0] != m or out.shape[1] != n:
         raise ValueError(f"gemm_fp32: out must be {m} x {n}, got {(out.shape[0], out.shape[1])}")
-    if post_op < 0 or post_op > 4:
+    if post_op < 0 or post_op > max(PostOp):
         raise ValueError(f"gemm_fp32: unknown post_op {post_op}")
     if m == 0:
         return
