@@ -11,7 +11,8 @@
  * to that tier's instructions.  Include it only from modules of one tier (see _brgemm_fp32.h).
  *
  * Conventions, as numpy: a NaN input gives NaN (relu and clip pass it through: comparisons
- * with NaN are false, so every select below keeps x); an infinite input gives f's limit.
+ * with NaN are false, so every select below keeps x; thresholded_relu and shrink excepted,
+ * see there); an infinite input gives f's limit.
  * No libm call: exp is Cephes' expf polynomial (the same as exp_fp32 in _kernel_support.pxi)
  * on whole vectors, and so are log, sin/cos/tan (Cephes' range reduction, accurate for |x|
  * up to 2**23; NaN past it), the inverse and hyperbolic functions; erf is a polynomial
@@ -345,14 +346,16 @@ PPL_ACT_INLINE ppl_vf ppl_hard_sigmoid(ppl_vf x, float alpha, float beta) {
     return ppl_clip(x * ppl_act_splat(alpha) + ppl_act_splat(beta), 0.0f, 1.0f);
 }
 
+/* ThresholdedRelu and Shrink follow the spec's "0 otherwise" literally, as onnx.reference
+ * and ONNX Runtime do: NaN gives 0. */
 PPL_ACT_INLINE ppl_vf ppl_thresholded_relu(ppl_vf x, float alpha) {
-    return ppl_act_select(x <= ppl_act_splat(alpha), ppl_act_splat(0.0f), x);
+    return ppl_act_select(x > ppl_act_splat(alpha), x, ppl_act_splat(0.0f));
 }
 
 PPL_ACT_INLINE ppl_vf ppl_shrink(ppl_vf x, float bias, float lambd) {
-    const ppl_vf r = ppl_act_select(x < ppl_act_splat(-lambd), x + ppl_act_splat(bias),
-                                    x - ppl_act_splat(bias));
-    return ppl_act_select(ppl_act_abs(x) <= ppl_act_splat(lambd), ppl_act_splat(0.0f), r);
+    const ppl_vf r = ppl_act_select(x > ppl_act_splat(lambd), x - ppl_act_splat(bias),
+                                    ppl_act_splat(0.0f));
+    return ppl_act_select(x < ppl_act_splat(-lambd), x + ppl_act_splat(bias), r);
 }
 
 PPL_ACT_INLINE ppl_vf ppl_mish(ppl_vf x) {

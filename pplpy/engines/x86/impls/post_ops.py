@@ -48,5 +48,5 @@ class PostOp(enum.IntEnum):
     CELU = 34  # y = max(x, 0) + min(0, p0 * (exp(x / p0) - 1))
     GELU = 35  # y = x * Phi(x); p0 = 1: Phi by the tanh approximation
     MISH = 36  # y = x * tanh(log(1 + exp(x)))
-    THRESHOLDED_RELU = 37  # y = x if x > p0 else 0
-    SHRINK = 38  # y = x + p0 if x < -p1 else x - p0 if x > p1 else 0
+    THRESHOLDED_RELU = 37  # y = x if x > p0 else 0 (NaN: 0, as the spec says)
+    SHRINK = 38  # y = x + p0 if x < -p1 else x - p0 if x > p1 else 0 (NaN: 0)

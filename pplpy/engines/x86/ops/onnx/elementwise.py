@@ -304,8 +304,9 @@ class BinaryKernel(X86Kernel):
             keep.append(one)
             passes = [_scalar_pass(impl, impl.MUL, terms[0], one, y)]
         else:
-            if y.shape.data_format is DataFormat.N16CX:
-                # A blocked term first, so that the first pass writes all of y.
+            if y.shape.data_format is DataFormat.N16CX and len(terms) > 2:
+                # Sum: a blocked term first, so that the first pass writes all of y (Sub and
+                # Div keep their order: _passes puts the vector on its side).
                 terms.sort(key=lambda s: s.shape.data_format is not DataFormat.N16CX)
             passes = _passes(impl, code, terms[0], terms[1], y, keep)
             for term in terms[2:]:
