@@ -43,7 +43,7 @@ __all__ = [
 
 
 def load(path, num_threads=None, max_isa=None, in_shapes=None, pipeline=None, fusion=True,
-         plan_cache_size=8, cast_to_float32=False):
+         plan_cache_size=8, cast_to_float32=False, mm_policy="mem"):
     """Parse, optimise and build the ONNX model at ``path``; return a ready Runtime.
 
     ``num_threads`` is the runtime's thread team (default: the machine's physical cores);
@@ -52,10 +52,13 @@ def load(path, num_threads=None, max_isa=None, in_shapes=None, pipeline=None, fu
     ``plan_cache_size`` plans are kept); ``fusion=False`` keeps activations as their own
     steps; ``pipeline`` replaces the graph-rewrite passes (a list or a YAML file's entries);
     ``cast_to_float32=True`` casts float64 / float16 inputs and weights to float32 at load
-    (without it they are a ModelError: pplpy computes in float32 and never casts silently).
+    (without it math on them is an UnsupportedOpError: pplpy computes in float32 and never
+    casts silently); ``mm_policy`` is "mem" (values share one arena by lifetime) or "perf"
+    (every value its own memory).
     ``path`` may also be the model's bytes.  Raises only PplError subclasses.
     """
-    engine = X86Engine(max_isa=max_isa, num_threads=num_threads, fusion=fusion)
+    engine = X86Engine(max_isa=max_isa, num_threads=num_threads, fusion=fusion,
+                       mm_policy=mm_policy)
     builder = RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
                                        pipeline=pipeline, plan_cache_size=plan_cache_size,
                                        cast_to_float32=cast_to_float32)

@@ -9,11 +9,13 @@ number of changes.  Both run through the PassManager.
 
 class PassContext:
     """What passes may use besides the graph: ``evaluate(node, inputs) -> outputs`` runs a
-    node on constant inputs with an engine's kernels (None disables folding)."""
+    node on constant inputs with an engine's kernels (None disables folding); ``fusion``
+    False turns off the rewrites that merge layers (pplnn --disable-fusion)."""
 
-    def __init__(self, evaluate=None, is_deterministic=None):
+    def __init__(self, evaluate=None, is_deterministic=None, fusion=True):
         self.evaluate = evaluate
         self.is_deterministic = is_deterministic  # node -> False for random ops
+        self.fusion = fusion
 
 
 class RewriteRule:

@@ -18,6 +18,7 @@ from pplpy.optimizer.passes.basic_rules import (
 )
 from pplpy.optimizer.passes.constant_folding import ConstantFolding
 from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
+from pplpy.optimizer.passes.fold_into_conv import FoldIntoConv, FoldIntoGemm
 
 PASSES = {
     cls.name: cls
@@ -27,6 +28,8 @@ PASSES = {
         RemoveInferenceDropout,
         DeadCodeElimination,
         ConstantFolding,
+        FoldIntoConv,
+        FoldIntoGemm,
     )
 }
 
@@ -38,7 +41,13 @@ DEFAULT_PIPELINE = (
     # DCE before folding: never compute constants nobody reads.
     ("dead_code_elimination", "once"),
     ("constant_folding", "fixed_point"),
-    # Folding leaves its inputs (shape constants) unread.
+    # After constant folding: weights and BatchNormalization statistics built by constant
+    # subgraphs are plain constants by now.  A fold can expose another (Conv-BN-Mul), hence
+    # fixed point.  Before the engine's post-op fusion, which then finds Conv -> Relu.
+    ("fold_into_conv", "fixed_point"),
+    ("fold_into_gemm", "fixed_point"),
+    # Folding leaves its inputs (shape constants, the weights replaced by folded ones)
+    # unread.
     ("dead_code_elimination", "once"),
 )
 
@@ -76,6 +85,9 @@ class PassManager:
         check_pipeline(pipeline)
         self.pipeline = tuple(pipeline)
         self.log = []  # (pass name, changes) per run, for --dump-graph and tests
+        # (pass name, {what: count}) per run of a pass that says what it changed (the folds:
+        # "BatchNormalization->Conv": 20).
+        self.details = []
 
     def run(self, graph, ctx):
         for name, mode in self.pipeline:
@@ -84,6 +96,10 @@ class PassManager:
             while True:
                 changes = pass_.run(graph, ctx)
                 self.log.append((name, changes))
+                folded = getattr(pass_, "folded", None)
+                if changes and folded:
+                    self.details.append((name, dict(folded)))
+                    folded.clear()
                 rounds += 1
                 if mode == "once" or changes == 0 or rounds >= MAX_FIXED_POINT_ROUNDS:
                     break

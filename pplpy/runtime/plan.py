@@ -93,7 +93,11 @@ class ExecutionPlan:
                                  f"{self.tensor_shapes[name]}: larger than pplpy's limit of "
                                  f"{MAX_ARENA_BYTES}; check the input shapes")
             buffers.append(Buffer(name, nbytes, first[name], last[name]))
-        offsets, total = plan_memory(buffers)
+        if result.options.mm_policy == "perf":  # every value its own region
+            offsets, total = plan_memory([Buffer(b.name, b.nbytes, 0, len(step_nodes))
+                                          for b in buffers])
+        else:
+            offsets, total = plan_memory(buffers)
         raw = np.empty(total + ALIGNMENT, np.uint8)
         start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
         self.arena = raw[start:start + total]

@@ -40,6 +40,7 @@ import numpy as np
 
 import pplpy
 from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.engines.x86.engine import MM_POLICIES
 from pplpy.engines.x86.pipeline import PASS_NAMES
 from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
@@ -139,6 +140,9 @@ def build_parser():
     engine.add_argument("--num-threads", type=_positive, default=None, metavar="N",
                         help="size of the runtime's thread team (default: the physical "
                         "cores)")
+    engine.add_argument("--mm-policy", choices=MM_POLICIES, default="mem",
+                        help="memory policy: 'mem' shares one arena between values whose "
+                        "lifetimes do not overlap (default), 'perf' gives every value its own")
     engine.add_argument("--disable-fusion", action="store_true",
                         help="keep activations as separate steps instead of Conv/Gemm "
                         "post-ops")
@@ -489,7 +493,7 @@ def _run(argv):
     else:
         on_pass = None
     engine = pplpy.X86Engine(max_isa=cap, num_threads=args.num_threads,
-                             fusion=not args.disable_fusion)
+                             fusion=not args.disable_fusion, mm_policy=args.mm_policy)
     builder = pplpy.RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
                                              on_pass=on_pass,
                                              cast_to_float32=args.cast_to_float32)

@@ -212,3 +212,15 @@ def test_shape_subgraph_is_evaluated_on_the_host_at_each_shape(save_model):
         assert not any(name.startswith(("Shape", "Gather", "Unsqueeze", "Concat"))
                        for name in labels), labels  # host-evaluated, not steps
     assert rt.plan_misses == 3  # the first shape came back from the cache
+
+
+def test_mm_policies_give_the_same_outputs(save_model):
+    """"mem" shares the arena between values by lifetime, "perf" does not: same results, and
+    "mem" needs no more memory."""
+    path = save_model(cnn())
+    x = RNG.standard_normal((2, 3, 10, 10)).astype(np.float32)
+    mem, perf = pplpy.load(path, mm_policy="mem"), pplpy.load(path, mm_policy="perf")
+    np.testing.assert_array_equal(mem.run({"x": x})["y"], perf.run({"x": x})["y"])
+    assert mem.memory_bytes < perf.memory_bytes
+    with pytest.raises(pplpy.PplError, match="mm_policy"):
+        pplpy.load(path, mm_policy="fast")

@@ -491,3 +491,11 @@ def test_float64_model_is_refused_unless_cast(capsys, save_model):
     assert status == 2 and 'input "x" is float64' in err and "--cast-to-float32" in err
     status, out, _ = run_cli(capsys, "--onnx-model", path, "--cast-to-float32")
     assert status == 0 and 'output "y": float32 [2]' in out
+
+
+def test_mm_policy_flag(capsys, small_model):
+    for policy in ("mem", "perf"):
+        status, out, _ = run_cli(capsys, "--onnx-model", small_model, "--mm-policy", policy)
+        assert status == 0 and "memory: weights" in out
+    status, _, err = run_cli(capsys, "--onnx-model", small_model, "--mm-policy", "fast")
+    assert status == 2

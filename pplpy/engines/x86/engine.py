@@ -6,7 +6,8 @@
 
 Options: ``max_isa`` caps the ISA tier (else ``PPLPY_MAX_ISA``, else the best the CPU has);
 ``num_threads`` is the size of each runtime's thread team (default: the physical cores);
-``fusion`` folds activations into Conv/Gemm post-ops.
+``fusion`` folds activations into Conv/Gemm post-ops; ``mm_policy`` ("mem" or "perf") says
+whether values share arena memory.
 """
 
 from dataclasses import dataclass
@@ -26,11 +27,19 @@ from pplpy.errors import PplError
 from pplpy.runtime.step import run_steps
 
 
+# Memory policies, as PPL.NN's --mm-policy: "mem" plans one arena in which values whose
+# lifetimes do not overlap share memory (smallest footprint); "perf" gives every value its
+# own region of the arena (no reuse: larger, but a step never writes memory a value read
+# shortly before used, which can help caches and threads on wide models).
+MM_POLICIES = ("mem", "perf")
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     isa: str
     num_threads: int
     fusion: bool = True
+    mm_policy: str = "mem"  # "mem": values share one arena by live interval; "perf": no sharing
 
 
 @dataclass
@@ -76,13 +85,16 @@ class X86Engine:
 
     name = "x86"
 
-    def __init__(self, max_isa=None, num_threads=None, fusion=True):
+    def __init__(self, max_isa=None, num_threads=None, fusion=True, mm_policy="mem"):
         if num_threads is None:
             num_threads = physical_cores()
         if int(num_threads) < 1:
             raise PplError(f"num_threads must be >= 1, got {num_threads}")
+        if mm_policy not in MM_POLICIES:
+            raise PplError(f"mm_policy must be one of {', '.join(MM_POLICIES)}, got "
+                           f"{mm_policy!r}")
         self.options = EngineOptions(isa=best_isa(max_isa), num_threads=int(num_threads),
-                                     fusion=bool(fusion))
+                                     fusion=bool(fusion), mm_policy=mm_policy)
 
     def __repr__(self):
         o = self.options

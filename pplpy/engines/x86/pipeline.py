@@ -97,7 +97,8 @@ def graph_rewrites(state):
     pm = state.pass_manager
     start = len(pm.log)
     pm.run(state.graph, PassContext(evaluate=state.engine.evaluate,
-                                    is_deterministic=state.engine.is_deterministic))
+                                    is_deterministic=state.engine.is_deterministic,
+                                    fusion=state.engine.options.fusion))
     state.rewrites = sum(changes for _, changes in pm.log[start:])
     return f"{state.rewrites} changes, {before} -> {len(state.graph)} nodes"
 

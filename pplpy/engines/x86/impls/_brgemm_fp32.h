@@ -114,17 +114,6 @@ PPL_INLINE ptrdiff_t ppl_col(int j0, ptrdiff_t cbs) { return (j0 / PPL_CB) * cbs
 /* The post-ops are the activations of _activation_fp32.h, applied to whole vectors. */
 #include "_activation_fp32.h"
 
-/* Every post-op but sigmoid, on one vector.  Kept for ppl_dw_finish, which applies sigmoid
- * with ppl_post_sigmoid after its store; new code calls ppl_apply_activation once. */
-PPL_INLINE ppl_vf ppl_post_vec(ppl_vf x, int post_op, float p0, float p1) {
-    return post_op == PPL_POST_SIGMOID ? x : ppl_apply_activation(x, post_op, p0, p1);
-}
-
-/* Sigmoid in place on n floats (vectorised, a padded tail vector for n % PPL_VLEN). */
-PPL_INLINE void ppl_post_sigmoid(float *p, ptrdiff_t n) {
-    ppl_activation_loop(PPL_ACT_SIGMOID, p, p, n, 0.0f, 0.0f);
-}
-
 /* One float through a post-op: lane 0 of the vector function, so that scalar and vector
  * paths give the same bits.  It computes a whole vector for one value: over a row, prefer
  * adding first and then one ppl_activation call. */
@@ -335,9 +324,8 @@ PPL_INLINE void ppl_dw_finish(ppl_vf acc[PPL_CBV], const float *bias, float *y, 
 #pragma GCC unroll 4
     for (int v = 0; v < PPL_CBV; v++) {
         ppl_vf x = acc[v] + ppl_load(bias + v * PPL_VLEN);
-        ppl_store(y + v * PPL_VLEN, ppl_post_vec(x, post_op, p0, p1));
+        ppl_store(y + v * PPL_VLEN, ppl_apply_activation_compact(x, post_op, p0, p1));
     }
-    if (post_op == PPL_POST_SIGMOID) ppl_post_sigmoid(y, PPL_CB);
 }
 
 /* M interior pixels from output column ow (no bounds checks along W), M constant. */

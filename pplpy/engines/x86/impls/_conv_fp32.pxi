@@ -41,8 +41,11 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
-from pplpy.runtime.step import run_steps
 from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.runtime.step import run_steps
+
+# Every activation code the epilogue applies (the vector functions of _activation_fp32.h).
+_POST_OPS = frozenset(int(code) for code in PostOp)
 
 include "_brgemm_fp32.pxi"
 
@@ -426,8 +429,9 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     if min(stride_h, stride_w, dil_h, dil_w) < 1 or min(pad_top, pad_left) < 0:
         raise ValueError("make_conv2d_n16cx_step: strides and dilations must be >= 1, "
                          "pads >= 0")
-    if post_op < 0 or post_op > max(PostOp):
-        raise ValueError(f"make_conv2d_n16cx_step: unknown post_op {post_op}")
+    if post_op not in _POST_OPS:
+        raise ValueError(f"make_conv2d_n16cx_step: unknown post_op {post_op}; expected one "
+                         f"of {sorted(_POST_OPS)} (post_ops.PostOp)")
     if group < 1 or in_c % group or out_c % group or min(in_c, out_c, kh, kw) < 1:
         raise ValueError(f"make_conv2d_n16cx_step: bad channels in_c={in_c} out_c={out_c} "
                          f"group={group} or kernel {kh}x{kw}")

@@ -27,8 +27,11 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
-from pplpy.runtime.step import run_steps
 from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.runtime.step import run_steps
+
+# Every activation code the epilogue applies (the vector functions of _activation_fp32.h).
+_POST_OPS = frozenset(int(code) for code in PostOp)
 
 include "_brgemm_fp32.pxi"
 
@@ -263,8 +266,9 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     if m < 1 or n < 1 or k < 0 or batch < 1:
         raise ValueError(f"make_gemm_step: expected m, n, batch >= 1 and k >= 0, got m={m} "
                          f"n={n} k={k} batch={batch}")
-    if post_op < 0 or post_op > max(PostOp):
-        raise ValueError(f"make_gemm_step: unknown post_op {post_op}")
+    if post_op not in _POST_OPS:
+        raise ValueError(f"make_gemm_step: unknown post_op {post_op}; expected one of "
+                         f"{sorted(_POST_OPS)} (post_ops.PostOp)")
     if (addend or c) and batch != 1:
         raise ValueError("make_gemm_step: addend and c need batch 1")
     if addend and c:
@@ -367,8 +371,9 @@ def gemm_fp32(const float[:, :] a, const float[:, :, ::1] packed_b, int k, int n
                          f"module's gemm_pack_b, got {(packed_b.shape[0], packed_b.shape[1], packed_b.shape[2])}")
     if out.shape[0] != m or out.shape[1] != n:
         raise ValueError(f"gemm_fp32: out must be {m} x {n}, got {(out.shape[0], out.shape[1])}")
-    if post_op < 0 or post_op > max(PostOp):
-        raise ValueError(f"gemm_fp32: unknown post_op {post_op}")
+    if post_op not in _POST_OPS:
+        raise ValueError(f"gemm_fp32: unknown post_op {post_op}; expected one of "
+                         f"{sorted(_POST_OPS)} (post_ops.PostOp)")
     if m == 0:
         return
     cdef const float[:, ::1] addend_v

@@ -15,7 +15,9 @@ import numpy as np
 
 from pplpy.common.data_format import DataFormat
 
-FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm")}
+# MatMul: every shape (batched, 1-D operands) runs on the gemm step, whose epilogue applies
+# the post-op to each batch entry.
+FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm"), ("", "MatMul")}
 MAX_POST_OPS = 1  # the conv and gemm epilogues apply one eltwise post-op today
 
 

@@ -5,11 +5,12 @@ fused post-ops, batched MatMul, and the same bits for teams of 1, 2 and 3 thread
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 from onnx_builders import FLOAT, ISAS, make_model
 
 import pplpy
+from pplpy.engines.x86.impls.post_ops import PostOp
 
 RNG = np.random.default_rng(5)
 
@@ -117,3 +118,33 @@ def test_constant_weights_are_released(tmp_path):
     feeds = {"x": rand(1, 3, 4, 4)}
     np.testing.assert_allclose(rt.run(feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("code", [PostOp.TANH, PostOp.HARD_SWISH])
+@pytest.mark.parametrize("group", [1, 24])
+def test_every_activation_code_runs_in_the_conv_epilogue(code, group):
+    """The direct and depthwise conv epilogues apply every code of _activation_fp32.h, not
+    only the first four (fusion may hand them any activation of the table)."""
+    from pplpy.common.isa import supported_isas
+    from pplpy.engines.x86.impls.dispatch import load_variant
+
+    rng = np.random.default_rng(5)
+    c = 24
+    x = rng.standard_normal((1, c, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((c, c // group, 3, 3)).astype(np.float32)
+    conv = load_variant("conv_fp32", supported_isas()[0])
+    xb = np.zeros((1, 2, 6, 6, 16), np.float32)
+    xb[:, 0, :, :, :16] = x[0, :16].transpose(1, 2, 0)
+    xb[:, 1, :, :, :8] = x[0, 16:].transpose(1, 2, 0)
+    yb = np.zeros_like(xb)
+    conv.conv2d_n16cx_fp32(xb, conv.conv_pack_weight(w, group), None, yb, c, c, group, 3, 3,
+                           1, 1, 1, 1, 1, 1, int(code), 0.0, 0.0, 1)
+    y = np.concatenate([yb[0, 0, :, :, :16], yb[0, 1, :, :, :8]], -1).transpose(2, 0, 1)
+    ref = ReferenceEvaluator(helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=group)], "c",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 6]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)])).run(None, {"x": x, "w": w})[0][0]
+    want = np.tanh(ref) if code == PostOp.TANH else ref * np.clip(ref / 6 + 0.5, 0, 1)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

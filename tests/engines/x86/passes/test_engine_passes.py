@@ -118,3 +118,46 @@ def test_constant_subgraphs_fold_before_formats(save_model):
     x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
     ref = ReferenceEvaluator(m).run(None, {"x": x})[0]
     np.testing.assert_allclose(rt.run({"x": x})["y"], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_takes_activations_as_post_ops(save_model, isa):
+    """MatMul with a constant B (2-D A, batched A) or a B computed at run time: the
+    activation runs in the gemm epilogue, on every tier, and agrees with the unfused build."""
+    b = RNG.standard_normal((19, 21)).astype(np.float32)
+    for a_dims, b_const in (([5, 19], True), ([3, 5, 19], True), ([3, 5, 19], False)):
+        inputs = (("x", a_dims),) + (() if b_const else (("b", [19, 21]),))
+        m = model([helper.make_node("MatMul", ["x", "b"], ["a"]),
+                   helper.make_node("LeakyRelu", ["a"], ["y"], alpha=0.5)],
+                  {"b": b} if b_const else {}, inputs=inputs)
+        result, _ = build(save_model, m)
+        (mm,) = result.graph.nodes
+        assert mm.op_type == "MatMul"
+        assert result.ops[mm].post_ops == [(PostOp.LEAKY_RELU, 0.5, 0.0)]
+        path = save_model(m)
+        feeds = {"x": RNG.standard_normal(a_dims).astype(np.float32)}
+        if not b_const:
+            feeds["b"] = b
+        ref = ReferenceEvaluator(m).run(None, feeds)[0]
+        for threads in (1, 2):
+            for fusion in (True, False):
+                got = pplpy.load(path, max_isa=isa, num_threads=threads,
+                                 fusion=fusion).run(feeds)["y"]
+                np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_folds_before_formats_and_relu_then_fuses(save_model):
+    """Conv-BN-Relu: the BN is gone after graph_rewrites (fold_into_conv), the Relu after
+    fuse_post_ops; fusion=False keeps all three."""
+    c = 4
+    inits = {"w": W, "s": RNG.random(c, np.float32) + 0.5, "b": RNG.random(c, np.float32),
+             "m": RNG.random(c, np.float32), "v": RNG.random(c, np.float32) + 0.5}
+    m = model([helper.make_node("Conv", ["x", "w"], ["a"]),
+               helper.make_node("BatchNormalization", ["a", "s", "b", "m", "v"], ["n"]),
+               helper.make_node("Relu", ["n"], ["y"])], inits)
+    result, snapshots = build(save_model, m)
+    assert sorted(t for t, _, _ in snapshots["graph_rewrites"][0].values()) == ["Conv", "Relu"]
+    (conv,) = [n for n in result.graph.nodes if n.op_type == "Conv"]
+    assert result.ops[conv].post_ops == [(PostOp.RELU, 0.0, 0.0)]
+    off, _ = build(save_model, m, fusion=False)
+    assert sorted(n.op_type for n in off.graph.nodes if n.op_type != "Reorder") == [
+        "BatchNormalization", "Conv", "Relu"]

@@ -2,8 +2,8 @@
 
 A constant B is packed once when the kernel is created (shared by every runtime, the raw B
 dropped; a batched B every entry, once); a B computed at run time is packed inside the step,
-each panel group by the work item that uses it.  An activation fused into a Gemm (post_ops)
-runs in the epilogue.
+each panel group by the work item that uses it.  An activation fused into a Gemm or MatMul
+(post_ops) runs in the epilogue.
 """
 
 import numpy as np
@@ -79,7 +79,8 @@ class GemmKernel(X86Kernel):
 
 
 class MatMulKernel(X86Kernel):
-    """numpy.matmul: one compiled step; a constant B is packed once, every batch entry."""
+    """Y = post_op(numpy.matmul(A, B)): one compiled step; a constant B is packed once, every
+    batch entry."""
 
     def __init__(self, op):
         super().__init__(op)
@@ -93,6 +94,7 @@ class MatMulKernel(X86Kernel):
             if len(entries):  # (no entries: every output is empty, no step is made)
                 self.packed_b = np.stack([impl.gemm_pack_b(e, False) for e in entries])
                 self.packed_inputs = (1,)
+        self.post_op, self.p0, self.p1 = _post_op(op)
 
     def make_step(self, io):
         if not self.has_work(io):
@@ -103,7 +105,7 @@ class MatMulKernel(X86Kernel):
         b2 = b_dims + (1,) if len(b_dims) == 1 else b_dims
         m, k, n = a2[-2], b2[-2], b2[-1]
         keep = [a.array, out.array]
-        kwargs = {}
+        kwargs = {"post_op": int(self.post_op), "p0": float(self.p0), "p1": float(self.p1)}
         if self.packed_b is not None:
             b_address = self.packed_b.ctypes.data
             entry = self.packed_b[0].size

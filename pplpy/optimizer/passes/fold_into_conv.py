@@ -1,0 +1,251 @@
+"""Folding per-channel affine ops into the weights of the Conv or Gemm before them.
+
+Inference BatchNormalization, and Mul or Add by a per-output-channel constant, compute
+``y = s * x + t`` per channel.  After a Conv or Gemm whose weights are constants and whose
+output they alone read, that is the same layer with weights ``W * s`` (along the output
+channels) and bias ``b * s + t``: the affine node goes, and the engine's post-op fusion can
+then put the activation that follows into the kernel's epilogue (Conv-BN-Relu becomes one
+kernel).  A MatMul with a constant 2-D B takes the same fold: a scale multiplies B's columns,
+and a shift turns a 2-D MatMul into a Gemm with that bias (otherwise the shift stays).
+
+    Conv(x, W[, b]) -> BatchNormalization | Mul(c) | Add(c)  ==>  Conv(x, W * s, b * s + t)
+    Gemm(A, B[, C]) -> ...                                   ==>  Gemm(A, B * s, beta*C*s + t)
+    MatMul(A, B)    -> Mul(c)                                ==>  MatMul(A, B * c)
+    MatMul(A, B)    -> Add(c), A 2-D                         ==>  Gemm(A, B, c)
+
+New weights are new graph constants, computed in float64 and stored in the weights' type;
+the old ones are left for dead-code elimination.  Off when ``PassContext.fusion`` is False
+(``pplnn --disable-fusion``, ``pplpy.load(fusion=False)``).
+"""
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+
+from pplpy.ir.graph import Node
+from pplpy.optimizer.pass_base import RewriteRule
+from pplpy.params.onnx import GemmParam
+
+AFFINE_OPS = {("", "BatchNormalization"), ("", "Mul"), ("", "Add")}
+GEMM_SINCE = 7  # the first Gemm whose C broadcasts without an attribute
+
+
+@dataclasses.dataclass
+class Target:
+    """A producer whose output channels can absorb a per-channel affine map."""
+
+    node: Node
+    rank: int | None  # rank of its output, None where unknown
+    axis: int  # the channel axis of its output (negative: from the end)
+    channels: int
+
+
+def _const(graph, name):
+    return graph.constants.get(name) if name else None
+
+
+def _is_float(array):
+    return array is not None and np.issubdtype(array.dtype, np.floating)
+
+
+def _single_reader(graph, name, reader):
+    return (not graph.is_graph_output(name)
+            and [node for node, _ in graph.uses(name)] == [reader])
+
+
+def _per_channel(c, target):
+    """``c`` as a vector of ``target.channels`` values when it broadcasts along the channel
+    axis only (and does not grow the output's rank), else None."""
+    c = np.asarray(c)
+    rank = target.rank
+    if rank is None:  # only a vector (or scalar) broadcasts the same whatever the rank
+        if c.ndim > 1 or target.axis != -1:
+            return None
+        rank = 1
+    if c.ndim > rank:
+        return None
+    axis = target.axis % rank
+    padded = (1,) * (rank - c.ndim) + c.shape
+    if any(d != 1 for i, d in enumerate(padded) if i != axis):
+        return None
+    if padded[axis] not in (1, target.channels):
+        return None
+    return np.broadcast_to(c.reshape(-1).astype(np.float64), (target.channels,))
+
+
+def channel_affine(graph, node, src, target):
+    """(s, t), float64 vectors over the channels, with ``node(y) = s * y + t`` for ``y`` the
+    value ``src`` that ``target`` produces; None when ``node`` is not such a map."""
+    c = target.channels
+    if node.op_type == "BatchNormalization":
+        p = node.param
+        if node.inputs[0] != src or getattr(p, "training_mode", 0) or getattr(
+                p, "spatial", 1) != 1:
+            return None
+        if any(name and (graph.consumers(name) or graph.is_graph_output(name))
+               for name in node.outputs[1:]):
+            return None  # running statistics are read: training
+        if target.rank is None or target.rank < 2 or target.axis % target.rank != 1:
+            return None
+        stats = [_const(graph, name) for name in node.inputs[1:5]]
+        if len(stats) != 4 or not all(_is_float(v) and v.shape == (c,) for v in stats):
+            return None
+        scale, bias, mean, var = (v.astype(np.float64) for v in stats)
+        s = scale / np.sqrt(var + float(p.epsilon))
+        return s, bias - mean * s
+    if len(node.inputs) != 2 or node.inputs.count(src) != 1:
+        return None
+    other = _const(graph, node.inputs[1 - node.inputs.index(src)])
+    if not _is_float(other):
+        return None
+    v = _per_channel(other, target)
+    if v is None:
+        return None
+    if node.op_type == "Mul":
+        return v, np.zeros(c)
+    return np.ones(c), v
+
+
+def _target(graph, node, producers):
+    """The Target of ``node`` when it is a producer kind this rule folds into, else None."""
+    if node is None or node.key not in producers or len(node.outputs) != 1:
+        return None
+    weight = _const(graph, node.inputs[1]) if len(node.inputs) > 1 else None
+    if not _is_float(weight):
+        return None
+    if node.op_type == "Conv":
+        bias = _const(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else 0
+        if bias is None or weight.ndim < 3:
+            return None  # a bias computed at run time
+        return Target(node, weight.ndim, 1, weight.shape[0])
+    if weight.ndim != 2:
+        return None
+    if node.op_type == "Gemm":
+        has_c = len(node.inputs) > 2 and node.inputs[2]
+        if has_c and _const(graph, node.inputs[2]) is None:
+            return None
+        return Target(node, 2, 1, weight.shape[0] if node.param.transB else weight.shape[1])
+    # MatMul: (..., M, K) @ (K, N); the output's rank follows A's where known.
+    dims = graph.values[node.inputs[0]].dims
+    return Target(node, None if dims is None else max(len(dims), 1), -1, weight.shape[1])
+
+
+class FoldAffine(RewriteRule):
+    """Fold BatchNormalization / Mul / Add by per-channel constants into their producer."""
+
+    op_types = AFFINE_OPS
+    producers = frozenset()
+
+    def __init__(self):
+        self.folded = Counter()  # "BatchNormalization->Conv" -> count, for the pass log
+        self._appended = False
+
+    def condition(self, graph, node, ctx):
+        if not getattr(ctx, "fusion", True):
+            return False
+        for src in node.inputs[:2]:
+            target = _target(graph, graph.producer(src), self.producers)
+            if target is not None and _single_reader(graph, src, node):
+                self._match = (target, src)
+                return True
+        return False
+
+    def apply(self, graph, node, ctx):
+        target, src = self._match
+        affine = channel_affine(graph, node, src, target)
+        if affine is None:
+            return False
+        rewrite = self.rewrite(graph, target, *affine)
+        if rewrite is None:
+            return False
+        op_type, inputs, param = rewrite
+        producer = target.node
+        self.folded[f"{node.op_type}->{op_type}"] += 1
+        out = node.outputs[0]
+        graph.remove_node(node)
+        if op_type == producer.op_type and param is producer.param and len(inputs) == len(
+                producer.inputs):
+            for i, name in enumerate(inputs):
+                graph.set_input(producer, i, name)
+            graph.set_output(producer, 0, out)
+            return True
+        # A new input slot or param: a new node under the old name, sorted in after the sweep.
+        graph.remove_node(producer)
+        graph.add_node(Node(producer.name, op_type, producer.domain, producer.opset, inputs,
+                            [out], param))
+        self._appended = True
+        return True
+
+    def run(self, graph, ctx):
+        self._appended = False
+        changes = super().run(graph, ctx)
+        if self._appended:
+            graph.topological_sort()
+        return changes
+
+    def rewrite(self, graph, target, s, t):
+        """(op_type, inputs, param) of the producer that computes ``s * y + t``, or None."""
+        raise NotImplementedError
+
+
+def _new_constant(graph, base, array, dtype):
+    name = graph.unique_name(f"{base}_folded")
+    graph.add_constant(name, np.ascontiguousarray(array, dtype=dtype))
+    return name
+
+
+class FoldIntoConv(FoldAffine):
+    """Conv(x, W, b) -> s * . + t  ==>  Conv(x, W * s, b * s + t)."""
+
+    name = "fold_into_conv"
+    producers = frozenset({("", "Conv")})
+
+    def rewrite(self, graph, target, s, t):
+        node = target.node
+        w_name = node.inputs[1]
+        w = graph.constants[w_name]
+        b = _const(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        new_w = w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))
+        new_b = (0.0 if b is None else b.astype(np.float64).reshape(-1)) * s + t
+        inputs = (node.inputs[0], _new_constant(graph, w_name, new_w, w.dtype),
+                  _new_constant(graph, f"{node.name}_bias", new_b, w.dtype))
+        return "Conv", inputs, node.param
+
+
+class FoldIntoGemm(FoldAffine):
+    """Gemm(A, B, C) -> s * . + t  ==>  Gemm(A, B * s, beta * C * s + t) (beta 1); a
+    MatMul with a constant 2-D B takes the scale into B and the shift as a Gemm's C when A is
+    2-D (else it is left alone)."""
+
+    name = "fold_into_gemm"
+    producers = frozenset({("", "Gemm"), ("", "MatMul")})
+
+    def rewrite(self, graph, target, s, t):
+        node = target.node
+        b_name = node.inputs[1]
+        b = graph.constants[b_name]
+        trans_b = node.op_type == "Gemm" and node.param.transB
+        new_b = b.astype(np.float64) * (s[:, None] if trans_b else s[None, :])
+        if node.op_type == "MatMul":
+            if not t.any():
+                return "MatMul", (node.inputs[0], _new_constant(graph, b_name, new_b,
+                                                                b.dtype)), node.param
+            if target.rank != 2 or node.opset < GEMM_SINCE:
+                return None  # a batched or 1-D A: Gemm cannot take it
+            return "Gemm", (node.inputs[0], _new_constant(graph, b_name, new_b, b.dtype),
+                            _new_constant(graph, f"{node.name}_bias", t, b.dtype)), GemmParam()
+        p = node.param
+        c = _const(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if c is not None and p.beta != 0.0:
+            new_c = float(p.beta) * c.astype(np.float64) * s + t
+        elif t.any() or node.opset < 11:  # C optional from Gemm-11
+            new_c = t
+        else:
+            new_c = None
+        inputs = (node.inputs[0], _new_constant(graph, b_name, new_b, b.dtype))
+        if new_c is not None:
+            inputs += (_new_constant(graph, f"{node.name}_bias", new_c, b.dtype),)
+        param = p if p.beta == 1.0 and len(inputs) == len(node.inputs) else \
+            dataclasses.replace(p, beta=1.0)
+        return "Gemm", inputs, param
