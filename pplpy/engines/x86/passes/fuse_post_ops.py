@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from pplpy.common.data_format import DataFormat
+from pplpy.common.data_type import DataType
 
 # MatMul: every shape (batched, 1-D operands) runs on the gemm step, whose epilogue applies
 # the post-op to each batch entry.
@@ -74,6 +75,8 @@ def fuse_post_ops(graph, ops):
             if (graph.values[out].format is DataFormat.N16CX
                     and not ops[activation].activation.keeps_padding):
                 break  # f(0) is not finite: the epilogue would poison the padding lanes
+            if graph.values[out].dtype is not DataType.FLOAT32:
+                break  # an integer MatMul: the epilogue's activations are float32
             result = activation.outputs[0]
             graph.remove_node(activation)
             graph.set_output(node, 0, result)
