@@ -314,9 +314,9 @@ def initializer_with_short_data():
 
 @case
 def unsupported_op():
-    model = make_model([helper.make_node("Erf", ["x"], ["y"], name="erf")],
-                       [("x", FLOAT, [2])], [("y", FLOAT, None)])
-    return model, None, pplpy.UnsupportedOpError, ['"erf"', "Erf", "op not supported"]
+    model = make_model([helper.make_node("Det", ["x"], ["y"], name="det")],
+                       [("x", FLOAT, [2, 2])], [("y", FLOAT, None)])
+    return model, None, pplpy.UnsupportedOpError, ['"det"', "Det", "op not supported"]
 
 
 @case

@@ -15,3 +15,41 @@ class ClipParam:
 
     min: float | None = None
     max: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HardSigmoidParam:
+    alpha: float = 0.2
+    beta: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class EluParam:
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SeluParam:
+    alpha: float = 1.67326319217681884765625  # the schema's float32 defaults
+    gamma: float = 1.05070102214813232421875
+
+
+@dataclass(frozen=True, slots=True)
+class CeluParam:
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdedReluParam:
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkParam:
+    bias: float = 0.0
+    lambd: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class GeluParam:
+    approximate: str = "none"  # or "tanh"

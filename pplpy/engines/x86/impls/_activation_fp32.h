@@ -11,12 +11,19 @@
  * to that tier's instructions.  Include it only from modules of one tier (see _brgemm_fp32.h).
  *
  * Conventions, as numpy: a NaN input gives NaN (relu and clip pass it through: comparisons
- * with NaN are false, so every select below keeps x).  No libm call: exp is Cephes' expf
- * polynomial (the same as exp_fp32 in _kernel_support.pxi) on whole vectors.
+ * with NaN are false, so every select below keeps x; thresholded_relu and shrink excepted,
+ * see there); an infinite input gives f's limit.
+ * No libm call: exp is Cephes' expf polynomial (the same as exp_fp32 in _kernel_support.pxi)
+ * on whole vectors, and so are log, sin/cos/tan (Cephes' range reduction, accurate for |x|
+ * up to 2**23; NaN past it), the inverse and hyperbolic functions; erf is a polynomial
+ * fitted for this file.  Accuracy: relative error within a few 1e-7 (about 2 ulp) on each
+ * function's domain, absolute near a zero of sin/cos/tan.  sqrt and rounding are the
+ * tier's instructions (SSE4.1 is the lowest tier).
  *
- * Every activation maps 0 to a finite value (relu, leaky_relu, tanh, hard_swish: 0; sigmoid:
- * 0.5; clip: a bound, finite for finite bounds), so an N16CX tensor can be processed as one
- * flat buffer: its zero padding lanes stay finite (they do not stay 0; consumers ignore them).
+ * Most activations map 0 to a finite value, so an N16CX tensor can be processed as one flat
+ * buffer: its zero padding lanes stay finite (they do not stay 0; consumers ignore them).
+ * Not log (-inf), reciprocal (inf) and acosh (NaN): their ops run in NDARRAY only (the
+ * keeps_padding column of ops/onnx/elementwise.py's table).
  */
 #ifndef PPL_ACTIVATION_FP32_H
 #define PPL_ACTIVATION_FP32_H
@@ -26,6 +33,7 @@
 #endif
 
 #include <stddef.h>
+#include <immintrin.h>
 
 #ifndef PPL_BRGEMM_FP32_H /* _brgemm_fp32.h declares the same two types before including us */
 typedef float ppl_vf __attribute__((vector_size(PPL_VLEN * 4)));
@@ -36,14 +44,45 @@ typedef unsigned ppl_vu __attribute__((vector_size(PPL_VLEN * 4)));
 /* Activation codes: must match post_ops.py and post_ops.pxd (a test checks). */
 enum {
     PPL_ACT_NONE = 0,
-    PPL_ACT_RELU = 1,       /* max(x, 0) */
-    PPL_ACT_LEAKY_RELU = 2, /* x >= 0 ? x : p0 * x */
-    PPL_ACT_CLIP = 3,       /* min(max(x, p0), p1) */
-    PPL_ACT_SIGMOID = 4,    /* 1 / (1 + exp(-x)) */
-    PPL_ACT_TANH = 5,       /* tanh(x) */
-    PPL_ACT_HARD_SWISH = 6, /* x * min(max(x / 6 + 1/2, 0), 1) */
+    PPL_ACT_RELU = 1,             /* max(x, 0) */
+    PPL_ACT_LEAKY_RELU = 2,       /* x >= 0 ? x : p0 * x */
+    PPL_ACT_CLIP = 3,             /* min(max(x, p0), p1) */
+    PPL_ACT_SIGMOID = 4,          /* 1 / (1 + exp(-x)) */
+    PPL_ACT_TANH = 5,             /* tanh(x) */
+    PPL_ACT_HARD_SWISH = 6,       /* x * min(max(x / 6 + 1/2, 0), 1) */
+    PPL_ACT_ABS = 7,              /* |x| */
+    PPL_ACT_NEG = 8,              /* -x */
+    PPL_ACT_EXP = 9,              /* exp(x) */
+    PPL_ACT_LOG = 10,             /* log(x): -inf at 0 */
+    PPL_ACT_SQRT = 11,            /* sqrt(x) */
+    PPL_ACT_RECIPROCAL = 12,      /* 1 / x: inf at 0 */
+    PPL_ACT_FLOOR = 13,           /* floor(x) */
+    PPL_ACT_CEIL = 14,            /* ceil(x) */
+    PPL_ACT_ROUND = 15,           /* x rounded to nearest, ties to even */
+    PPL_ACT_SIGN = 16,            /* -1, 0 or 1 */
+    PPL_ACT_ERF = 17,             /* erf(x) */
+    PPL_ACT_SIN = 18,             /* sin(x) */
+    PPL_ACT_COS = 19,             /* cos(x) */
+    PPL_ACT_TAN = 20,             /* tan(x) */
+    PPL_ACT_ASIN = 21,            /* asin(x) */
+    PPL_ACT_ACOS = 22,            /* acos(x) */
+    PPL_ACT_ATAN = 23,            /* atan(x) */
+    PPL_ACT_SINH = 24,            /* sinh(x) */
+    PPL_ACT_COSH = 25,            /* cosh(x) */
+    PPL_ACT_ASINH = 26,           /* asinh(x) */
+    PPL_ACT_ACOSH = 27,           /* acosh(x): NaN at 0 */
+    PPL_ACT_ATANH = 28,           /* atanh(x) */
+    PPL_ACT_HARD_SIGMOID = 29,    /* min(max(p0 * x + p1, 0), 1) */
+    PPL_ACT_SOFTPLUS = 30,        /* log(1 + exp(x)) */
+    PPL_ACT_SOFTSIGN = 31,        /* x / (1 + |x|) */
+    PPL_ACT_ELU = 32,             /* x >= 0 ? x : p0 * (exp(x) - 1) */
+    PPL_ACT_SELU = 33,            /* p1 * (x > 0 ? x : p0 * (exp(x) - 1)) */
+    PPL_ACT_CELU = 34,            /* max(x, 0) + min(0, p0 * (exp(x / p0) - 1)) */
+    PPL_ACT_GELU = 35,            /* x * Phi(x); p0 != 0: the tanh approximation of Phi */
+    PPL_ACT_MISH = 36,            /* x * tanh(log(1 + exp(x))) */
+    PPL_ACT_THRESHOLDED_RELU = 37, /* x > p0 ? x : 0 */
+    PPL_ACT_SHRINK = 38,          /* x < -p1 ? x + p0 : x > p1 ? x - p0 : 0 */
 };
-
 #define PPL_ACT_INLINE static inline __attribute__((always_inline))
 
 PPL_ACT_INLINE ppl_vf ppl_act_splat(float s) {
@@ -101,10 +140,10 @@ PPL_ACT_INLINE ppl_vf ppl_clip(ppl_vf x, float lo, float hi) {
     return ppl_act_select(x > ppl_act_splat(hi), ppl_act_splat(hi), x);
 }
 
-/* exp(x), relative error < 2e-7 on [-87.33, 88.37]; 0 below, inf above, NaN for NaN.
+/* exp(x), relative error < 2e-7 on [-87.33, 88.72]; 0 below, inf above, NaN for NaN.
  * nonpos (a constant) promises x <= 0 or NaN, which saves the checks against the top. */
 PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) {
-    const ppl_vf lo = ppl_act_splat(-87.336544f), hi = ppl_act_splat(88.376259f);
+    const ppl_vf lo = ppl_act_splat(-87.336544f), hi = ppl_act_splat(88.72283935546875f);
     const ppl_vf one = ppl_act_splat(1.0f);
     /* Clamp so that 2**n below stays a normal float (n in [-126, 127]). */
     ppl_vf xc = ppl_act_select(x < lo, lo, x);
@@ -125,8 +164,16 @@ PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) {
     p = p * r + ppl_act_splat(5.0000001201e-1f);
     p = p * r * r + r + one;
     /* 2**n from its exponent bits: k's bits are 0x4b400000 + n, whose high bits the shift
-     * drops (unsigned: the garbage n of a NaN shifts without UB). */
-    p *= (ppl_vf)(((ppl_vu)k + 127u) << 23);
+     * drops (unsigned: the garbage n of a NaN shifts without UB).  Above, n may be 128
+     * (x up to log(FLT_MAX)): two exact factors 2**(n/2) and 2**(n - n/2). */
+    if (nonpos) {
+        p *= (ppl_vf)(((ppl_vu)k + 127u) << 23);
+    } else {
+        const ppl_vi n = (ppl_vi)k - 0x4b400000;
+        const ppl_vi n1 = n >> 1;
+        p *= (ppl_vf)((ppl_vu)(n1 + 127) << 23);
+        p *= (ppl_vf)((ppl_vu)(n - n1 + 127) << 23);
+    }
     p = ppl_act_select(x < lo, ppl_act_splat(0.0f), p);
     return nonpos ? p : ppl_act_select(x > hi, ppl_act_splat(__builtin_inff()), p);
 }
@@ -165,8 +212,395 @@ PPL_ACT_INLINE ppl_vf ppl_hard_swish(ppl_vf x) {
     return x * ppl_clip(g, 0.0f, 1.0f);
 }
 
-/* One vector through activation `code` (a constant after inlining in the loops below). */
-PPL_ACT_INLINE ppl_vf ppl_apply_activation(ppl_vf x, int code, float p0, float p1) {
+/* ---- Helpers of the math functions below ---------------------------------------------- */
+
+PPL_ACT_INLINE ppl_vf ppl_act_abs(ppl_vf x) { return (ppl_vf)((ppl_vu)x & 0x7fffffffu); }
+
+/* |mag| with the sign of sgn. */
+PPL_ACT_INLINE ppl_vf ppl_act_copysign(ppl_vf mag, ppl_vf sgn) {
+    return (ppl_vf)(((ppl_vu)mag & 0x7fffffffu) | ((ppl_vu)sgn & 0x80000000u));
+}
+
+/* p[0] + p[1] t + ... + p[n-1] t^(n-1), Horner's scheme (n a constant after inlining). */
+PPL_ACT_INLINE ppl_vf ppl_act_poly(ppl_vf t, const float *p, const int n) {
+    ppl_vf r = ppl_act_splat(p[n - 1]);
+    for (int i = n - 2; i >= 0; i--) r = r * t + ppl_act_splat(p[i]);
+    return r;
+}
+
+/* sqrt and rounding have an instruction on every tier (SSE4.1 is the floor). */
+PPL_ACT_INLINE ppl_vf ppl_act_sqrt(ppl_vf x) {
+#if PPL_VLEN == 16
+    return (ppl_vf)_mm512_sqrt_ps((__m512)x);
+#elif PPL_VLEN == 8
+    return (ppl_vf)_mm256_sqrt_ps((__m256)x);
+#else
+    return (ppl_vf)_mm_sqrt_ps((__m128)x);
+#endif
+}
+
+#if PPL_VLEN == 16
+#define PPL_ACT_ROUND_MODE(x, mode) \
+    (ppl_vf)_mm512_roundscale_ps((__m512)(x), (mode) | _MM_FROUND_NO_EXC)
+#elif PPL_VLEN == 8
+#define PPL_ACT_ROUND_MODE(x, mode) (ppl_vf)_mm256_round_ps((__m256)(x), (mode) | _MM_FROUND_NO_EXC)
+#else
+#define PPL_ACT_ROUND_MODE(x, mode) (ppl_vf)_mm_round_ps((__m128)(x), (mode) | _MM_FROUND_NO_EXC)
+#endif
+
+PPL_ACT_INLINE ppl_vf ppl_floor(ppl_vf x) { return PPL_ACT_ROUND_MODE(x, _MM_FROUND_TO_NEG_INF); }
+PPL_ACT_INLINE ppl_vf ppl_ceil(ppl_vf x) { return PPL_ACT_ROUND_MODE(x, _MM_FROUND_TO_POS_INF); }
+PPL_ACT_INLINE ppl_vf ppl_round(ppl_vf x) {
+    return PPL_ACT_ROUND_MODE(x, _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* ---- Arithmetic and exponential family ------------------------------------------------ */
+
+PPL_ACT_INLINE ppl_vf ppl_sign(ppl_vf x) {
+    /* 0 and NaN stay as they are (as numpy.sign). */
+    const ppl_vf r = ppl_act_select(x > ppl_act_splat(0.0f), ppl_act_splat(1.0f), x);
+    return ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(-1.0f), r);
+}
+
+/* log(x), Cephes' logf (relative error < 2e-7): x = m * 2**e with m in [sqrt(1/2), sqrt(2)),
+ * log(1 + (m - 1)) by a polynomial.  log(0) = -inf, log(x < 0) = NaN, log(inf) = inf;
+ * subnormal x are scaled by 2**23 first. */
+PPL_ACT_INLINE ppl_vf ppl_log(ppl_vf x) {
+    static const float P[9] = {3.3333331174E-1f,  -2.4999993993E-1f, 2.0000714765E-1f,
+                               -1.6668057665E-1f, 1.4249322787E-1f,  -1.2420140846E-1f,
+                               1.1676998740E-1f,  -1.1514610310E-1f, 7.0376836292E-2f};
+    const ppl_vf one = ppl_act_splat(1.0f);
+    const ppl_vi sub = x < ppl_act_splat(1.17549435e-38f);
+    const ppl_vf xs = ppl_act_select(sub, x * ppl_act_splat(8388608.0f), x);
+    const ppl_vi bits = (ppl_vi)xs;
+    /* m in [0.5, 1), x = m * 2**e */
+    ppl_vi e = ((bits >> 23) & 0xff) - 126;
+    e -= sub & 23;
+    ppl_vf m = (ppl_vf)((bits & 0x007fffff) | 0x3f000000);
+    const ppl_vi lo = m < ppl_act_splat(0.707106781186547524f);
+    ppl_vf fe = __builtin_convertvector(e, ppl_vf);
+    fe = ppl_act_select(lo, fe - one, fe);
+    m = ppl_act_select(lo, m + m, m) - one;
+    const ppl_vf z = m * m;
+    ppl_vf y = ppl_act_poly(m, P, 9) * m * z;
+    y += fe * ppl_act_splat(-2.12194440e-4f);
+    y -= ppl_act_splat(0.5f) * z;
+    ppl_vf r = m + y + fe * ppl_act_splat(0.693359375f);
+    r = ppl_act_select(x == ppl_act_splat(__builtin_inff()), x, r);
+    r = ppl_act_select(x == ppl_act_splat(0.0f), ppl_act_splat(-__builtin_inff()), r);
+    r = ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(__builtin_nanf("")), r);
+    return ppl_act_select(x != x, x, r);
+}
+
+/* log(1 + u) for u >= 0 (or inf, NaN): log(w) * u / (w - 1) with w = 1 + u corrects the
+ * rounding of w (Goldberg), so small u keep full relative precision. */
+PPL_ACT_INLINE ppl_vf ppl_log1p_nonneg(ppl_vf u) {
+    const ppl_vf w = u + ppl_act_splat(1.0f);
+    const ppl_vf d = w - ppl_act_splat(1.0f);
+    const ppl_vf r = ppl_log(w) * (u / d);
+    /* w == 1: u is below half an ulp of 1, log(1 + u) = u; u = inf: inf */
+    const ppl_vf r2 = ppl_act_select(u == ppl_act_splat(__builtin_inff()), u, r);
+    return ppl_act_select(d == ppl_act_splat(0.0f), u, r2);
+}
+
+/* exp(x) - 1 without the cancellation of exp(x) - 1 near 0: the Taylor polynomial to x**9
+ * for |x| < 1/2 (truncation < 3e-10 relative), exp(x) - 1 beyond. */
+PPL_ACT_INLINE ppl_vf ppl_expm1(ppl_vf x) {
+    static const float T[8] = {1.0f / 2,      1.0f / 6,       1.0f / 24,     1.0f / 120,
+                               1.0f / 720,    1.0f / 5040,    1.0f / 40320,  1.0f / 362880};
+    const ppl_vf small = ppl_act_poly(x, T, 8) * x * x + x;
+    const ppl_vf big = ppl_exp(x) - ppl_act_splat(1.0f);
+    return ppl_act_select(ppl_act_abs(x) < ppl_act_splat(0.5f), small, big);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_softplus(ppl_vf x) {
+    /* max(x, 0) + log(1 + exp(-|x|)): no overflow, and exact tails (x for x >> 0). */
+    const ppl_vf m = ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(0.0f), x);
+    return m + ppl_log1p_nonneg(ppl_exp_impl(-ppl_act_abs(x), 1));
+}
+
+PPL_ACT_INLINE ppl_vf ppl_softsign(ppl_vf x) {
+    const ppl_vf ax = ppl_act_abs(x);
+    const ppl_vf r = x / (ppl_act_splat(1.0f) + ax);
+    /* the limit +-1 at +-inf, where the formula gives inf / inf */
+    return ppl_act_select(ax == ppl_act_splat(__builtin_inff()),
+                          ppl_act_copysign(ppl_act_splat(1.0f), x), r);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_elu(ppl_vf x, float alpha) {
+    return ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(alpha) * ppl_expm1(x), x);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_selu(ppl_vf x, float alpha, float gamma) {
+    const ppl_vf r = ppl_act_select(x <= ppl_act_splat(0.0f),
+                                    ppl_act_splat(alpha) * ppl_expm1(x), x);
+    return ppl_act_splat(gamma) * r;
+}
+
+PPL_ACT_INLINE ppl_vf ppl_celu(ppl_vf x, float alpha) {
+    const ppl_vf t = ppl_act_splat(alpha) * ppl_expm1(x / ppl_act_splat(alpha));
+    return ppl_relu(x) + ppl_act_select(t > ppl_act_splat(0.0f), ppl_act_splat(0.0f), t);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_hard_sigmoid(ppl_vf x, float alpha, float beta) {
+    return ppl_clip(x * ppl_act_splat(alpha) + ppl_act_splat(beta), 0.0f, 1.0f);
+}
+
+/* ThresholdedRelu and Shrink follow the spec's "0 otherwise" literally, as onnx.reference
+ * and ONNX Runtime do: NaN gives 0. */
+PPL_ACT_INLINE ppl_vf ppl_thresholded_relu(ppl_vf x, float alpha) {
+    return ppl_act_select(x > ppl_act_splat(alpha), x, ppl_act_splat(0.0f));
+}
+
+PPL_ACT_INLINE ppl_vf ppl_shrink(ppl_vf x, float bias, float lambd) {
+    const ppl_vf r = ppl_act_select(x > ppl_act_splat(lambd), x - ppl_act_splat(bias),
+                                    ppl_act_splat(0.0f));
+    return ppl_act_select(x < ppl_act_splat(-lambd), x + ppl_act_splat(bias), r);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_mish(ppl_vf x) {
+    /* tanh(log(1 + e)) = n / (n + 2) with n = e * (e + 2), e = exp(x): exact for x << 0
+     * (n ~ 2e); n / (n + 2) rounds to 1 above x = 20, where e is capped. */
+    const ppl_vf e = ppl_exp(ppl_act_select(x > ppl_act_splat(20.0f), ppl_act_splat(20.0f), x));
+    const ppl_vf n = e * (e + ppl_act_splat(2.0f));
+    const ppl_vf r = x * (n / (n + ppl_act_splat(2.0f)));
+    return ppl_act_select(n == ppl_act_splat(0.0f), ppl_act_splat(0.0f), r); /* -inf: 0 */
+}
+
+/* ---- erf and GELU ----------------------------------------------------------------- */
+
+/* erfc(a) = exp(-a*a) * R(1/a) for a in [1, 4] (R fitted here in double; erfc relative
+ * error < 8e-7, mostly the rounding of a*a). */
+PPL_ACT_INLINE ppl_vf ppl_erfc_tail(ppl_vf a) {
+    static const float R[9] = {2.4699026835151017e-4f, 0.5594154000282288f,
+                               0.039473749697208405f,  -0.46206310391426086f,
+                               0.47497254610061646f,   -0.2106054574251175f,
+                               -0.003244636347517371f, 0.04146644100546837f,
+                               -0.012078411877155304f};
+    return ppl_exp_impl(-(a * a), 1) * ppl_act_poly(ppl_act_splat(1.0f) / a, R, 9);
+}
+
+/* erf(x) = x * P(x*x) for |x| < 1 (relative error < 2e-7), 1 - erfc(|x|) with x's sign up
+ * to |x| = 4, where erf rounds to +-1. */
+PPL_ACT_INLINE ppl_vf ppl_erf(ppl_vf x) {
+    static const float P[6] = {1.1283791065216064f,    -0.37612390518188477f,
+                               0.11280578374862671f,   -0.026720885187387466f,
+                               0.004927407950162888f,  -0.0005667938385158777f};
+    const ppl_vf ax = ppl_act_abs(x);
+    const ppl_vf small = x * ppl_act_poly(x * x, P, 6);
+    ppl_vf a = ppl_act_select(ax > ppl_act_splat(4.0f), ppl_act_splat(4.0f), ax);
+    a = ppl_act_select(a < ppl_act_splat(1.0f), ppl_act_splat(1.0f), a);
+    const ppl_vf big = ppl_act_copysign(ppl_act_splat(1.0f) - ppl_erfc_tail(a), x);
+    return ppl_act_select(ax < ppl_act_splat(1.0f), small, ppl_act_select(x != x, x, big));
+}
+
+/* x * Phi(x).  Exact: Phi = (1 + erf(x / sqrt 2)) / 2, written erfc(|z|) / 2 for z < -1,
+ * where 1 + erf would cancel.  p0 != 0: PyTorch's tanh approximation,
+ * Phi = (1 + tanh(u)) / 2 = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x**3). */
+PPL_ACT_INLINE ppl_vf ppl_gelu(ppl_vf x, float approximate) {
+    ppl_vf phi;
+    if (approximate != 0.0f) {
+        const ppl_vf u = x + ppl_act_splat(0.044715f) * x * x * x;
+        phi = ppl_sigmoid(u * ppl_act_splat(2.0f * 0.7978845608028654f));
+    } else {
+        const ppl_vf z = x * ppl_act_splat(0.7071067811865476f);
+        const ppl_vf az = ppl_act_abs(z);
+        const ppl_vf mid = ppl_act_splat(0.5f) + ppl_act_splat(0.5f) * ppl_erf(z);
+        const ppl_vf a = ppl_act_select(az > ppl_act_splat(10.0f), ppl_act_splat(10.0f), az);
+        const ppl_vf tail = ppl_act_splat(0.5f) * ppl_erfc_tail(a);
+        phi = ppl_act_select(z < ppl_act_splat(-1.0f), tail, mid);
+    }
+    /* Phi = 0 (x far below 0, or -inf): 0 rather than -inf * 0 */
+    return ppl_act_select(phi == ppl_act_splat(0.0f), ppl_act_splat(0.0f), x * phi);
+}
+
+/* ---- Trigonometric ------------------------------------------------------------------ */
+
+/* Cephes' reduction: x = j * pi/4 + r, j even, |r| <= pi/4, pi/4 in three parts (j split
+ * in two, so that it stays exact far beyond Cephes' 8192): absolute error < 2e-7 up to
+ * 2**23 (measured against float64).  Past that it fails, so sin, cos and tan give NaN there
+ * (and for +-inf) rather than a wrong value.  Returns r and q = j mod 8 (0, 2, 4 or 6) for |x|. */
+#define PPL_ACT_TRIG_MAX 8388608.0f
+PPL_ACT_INLINE ppl_vf ppl_act_reduce_pio4(ppl_vf ax, ppl_vi *q) {
+    ppl_vf j = ppl_floor(ax * ppl_act_splat(1.27323954473516f));
+    /* j odd: j + 1 */
+    const ppl_vf half = ppl_floor(j * ppl_act_splat(0.5f));
+    j = j + (j - half * ppl_act_splat(2.0f));
+    const ppl_vf eighth = ppl_floor(j * ppl_act_splat(0.125f));
+    *q = __builtin_convertvector(j - eighth * ppl_act_splat(8.0f), ppl_vi);
+    /* j = jh + jl, jh a multiple of 4096: with the 8- and 11-bit parts pi/4_1 and pi/4_2,
+     * every product below but the last two is exact and every difference before them too,
+     * for j < 2**24, with or without FMA. */
+    const ppl_vf jh = ppl_floor(j * ppl_act_splat(1.0f / 4096.0f)) * ppl_act_splat(4096.0f);
+    const ppl_vf jl = j - jh;
+    const ppl_vf dp1 = ppl_act_splat(0.78515625f), dp2 = ppl_act_splat(2.4187564849853515625e-4f);
+    ppl_vf r = ax - jh * dp1;
+    r = r - jl * dp1;
+    r = r - jh * dp2;
+    r = r - jl * dp2;
+    return r - j * ppl_act_splat(3.77489497744594108e-8f);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_act_sin_poly(ppl_vf r, ppl_vf z) {
+    static const float S[3] = {-1.6666654611E-1f, 8.3321608736E-3f, -1.9515295891E-4f};
+    return ppl_act_poly(z, S, 3) * z * r + r;
+}
+
+PPL_ACT_INLINE ppl_vf ppl_act_cos_poly(ppl_vf z) {
+    static const float C[3] = {4.166664568298827E-2f, -1.388731625493765E-3f,
+                               2.443315711809948E-5f};
+    return ppl_act_poly(z, C, 3) * z * z - ppl_act_splat(0.5f) * z + ppl_act_splat(1.0f);
+}
+
+/* sin (is_cos = 0) or cos (is_cos = 1); NaN for +-inf and NaN. */
+PPL_ACT_INLINE ppl_vf ppl_sincos(ppl_vf x, const int is_cos) {
+    const ppl_vf ax = ppl_act_abs(x);
+    ppl_vi q;
+    const ppl_vf r = ppl_act_reduce_pio4(ax, &q);
+    const ppl_vf z = r * r;
+    const ppl_vf s = ppl_act_sin_poly(r, z), c = ppl_act_cos_poly(z);
+    const ppl_vi swap = (q & 2) != 0;
+    ppl_vf y = is_cos ? ppl_act_select(swap, s, c) : ppl_act_select(swap, c, s);
+    ppl_vu neg = (ppl_vu)(is_cos ? ((q + 2) & 4) : (q & 4)) << 29;
+    if (!is_cos) neg ^= (ppl_vu)x & 0x80000000u;
+    y = (ppl_vf)((ppl_vu)y ^ neg);
+    return ppl_act_select(ax > ppl_act_splat(PPL_ACT_TRIG_MAX), ppl_act_splat(__builtin_nanf("")),
+                          ppl_act_select(x != x, x, y));
+}
+
+PPL_ACT_INLINE ppl_vf ppl_tan(ppl_vf x) {
+    static const float T[6] = {3.33331568548E-1f, 1.33387994085E-1f, 5.34112807005E-2f,
+                               2.44301354525E-2f, 3.11992232697E-3f, 9.38540185543E-3f};
+    const ppl_vf ax = ppl_act_abs(x);
+    ppl_vi q;
+    const ppl_vf r = ppl_act_reduce_pio4(ax, &q);
+    const ppl_vf z = r * r;
+    ppl_vf y = ppl_act_poly(z, T, 6) * z * r + r;
+    y = ppl_act_select((q & 2) != 0, ppl_act_splat(-1.0f) / y, y);
+    y = (ppl_vf)((ppl_vu)y ^ ((ppl_vu)x & 0x80000000u));
+    return ppl_act_select(ax > ppl_act_splat(PPL_ACT_TRIG_MAX), ppl_act_splat(__builtin_nanf("")),
+                          ppl_act_select(x != x, x, y));
+}
+
+/* asin(s) for |s| <= 1/2, z = s * s: Cephes' asinf polynomial. */
+PPL_ACT_INLINE ppl_vf ppl_act_asin_core(ppl_vf s, ppl_vf z) {
+    static const float A[5] = {1.6666752422E-1f, 7.4953002686E-2f, 4.5470025998E-2f,
+                               2.4181311049E-2f, 4.2163199048E-2f};
+    return ppl_act_poly(z, A, 5) * z * s + s;
+}
+
+PPL_ACT_INLINE ppl_vf ppl_asin(ppl_vf x) {
+    /* |x| > 1/2: asin(|x|) = pi/2 - 2 asin(sqrt((1 - |x|) / 2)); |x| > 1: NaN from sqrt */
+    const ppl_vf ax = ppl_act_abs(x);
+    const ppl_vi big = ax > ppl_act_splat(0.5f);
+    const ppl_vf zb = ppl_act_splat(0.5f) * (ppl_act_splat(1.0f) - ax);
+    const ppl_vf sb = ppl_act_sqrt(zb);
+    const ppl_vf s = ppl_act_select(big, sb, ax);
+    const ppl_vf z = ppl_act_select(big, zb, ax * ax);
+    ppl_vf r = ppl_act_asin_core(s, z);
+    r = ppl_act_select(big, ppl_act_splat(1.5707963267948966f) - (r + r), r);
+    return ppl_act_select(x != x, x, ppl_act_copysign(r, x));
+}
+
+PPL_ACT_INLINE ppl_vf ppl_acos(ppl_vf x) {
+    /* x > 1/2: 2 asin(sqrt((1 - x) / 2)); x < -1/2: pi - that of -x; else pi/2 - asin(x) */
+    const ppl_vf ax = ppl_act_abs(x);
+    const ppl_vi big = ax > ppl_act_splat(0.5f);
+    const ppl_vf zb = ppl_act_splat(0.5f) * (ppl_act_splat(1.0f) - ax);
+    const ppl_vf s = ppl_act_select(big, ppl_act_sqrt(zb), x);
+    const ppl_vf z = ppl_act_select(big, zb, x * x);
+    const ppl_vf a = ppl_act_asin_core(s, z);
+    const ppl_vf twice = a + a;
+    ppl_vf r = ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(3.141592653589793f) - twice,
+                              twice);
+    r = ppl_act_select(big, r, ppl_act_splat(1.5707963267948966f) - a);
+    return ppl_act_select(x != x, x, r);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_atan(ppl_vf x) {
+    /* Cephes' atanf: |x| reduced to [0, tan(pi/8)] around 0, pi/4 or pi/2. */
+    static const float A[4] = {-3.33329491539E-1f, 1.99777106478E-1f, -1.38776856032E-1f,
+                               8.05374449538E-2f};
+    const ppl_vf ax = ppl_act_abs(x), one = ppl_act_splat(1.0f);
+    const ppl_vi big = ax > ppl_act_splat(2.414213562373095f);
+    const ppl_vi mid = ax > ppl_act_splat(0.4142135623730950f);
+    ppl_vf t = ppl_act_select(mid, (ax - one) / (ax + one), ax);
+    t = ppl_act_select(big, -one / ax, t);
+    ppl_vf base = ppl_act_select(mid, ppl_act_splat(0.7853981633974483f), ppl_act_splat(0.0f));
+    base = ppl_act_select(big, ppl_act_splat(1.5707963267948966f), base);
+    const ppl_vf z = t * t;
+    const ppl_vf r = base + (ppl_act_poly(z, A, 4) * z * t + t);
+    return ppl_act_select(x != x, x, ppl_act_copysign(r, x));
+}
+
+/* ---- Hyperbolic --------------------------------------------------------------------- */
+
+/* (h / 2) * h +- 1 / (2 h * h), h = exp(|x| / 2): e**|x| / 2 stays finite up to where
+ * sinh and cosh themselves overflow (|x| = 89.4), past exp's own limit at 88.7. */
+PPL_ACT_INLINE ppl_vf ppl_act_half_exp_pair(ppl_vf ax, ppl_vf *inv) {
+    const ppl_vf h = ppl_exp(ax * ppl_act_splat(0.5f));
+    *inv = ppl_act_splat(0.5f) / (h * h);
+    return (ppl_act_splat(0.5f) * h) * h;
+}
+
+PPL_ACT_INLINE ppl_vf ppl_sinh(ppl_vf x) {
+    static const float S[3] = {1.66667160211E-1f, 8.33028376239E-3f, 2.03721912945E-4f};
+    const ppl_vf ax = ppl_act_abs(x);
+    ppl_vf inv;
+    const ppl_vf big = ppl_act_half_exp_pair(ax, &inv) - inv;
+    const ppl_vf z = x * x;
+    const ppl_vf small = ppl_act_poly(z, S, 3) * z * x + x;
+    return ppl_act_select(ax < ppl_act_splat(1.0f), small, ppl_act_copysign(big, x));
+}
+
+PPL_ACT_INLINE ppl_vf ppl_cosh(ppl_vf x) {
+    ppl_vf inv;
+    const ppl_vf r = ppl_act_half_exp_pair(ppl_act_abs(x), &inv);
+    return r + inv;
+}
+
+PPL_ACT_INLINE ppl_vf ppl_asinh(ppl_vf x) {
+    static const float A[4] = {-1.6666288134E-1f, 7.4847586088E-2f, -4.2699340972E-2f,
+                               2.0122003309E-2f};
+    const ppl_vf ax = ppl_act_abs(x), one = ppl_act_splat(1.0f);
+    const ppl_vf z = x * x;
+    const ppl_vf small = ppl_act_poly(z, A, 4) * z * ax + ax;
+    /* above 1500, sqrt(x*x + 1) = |x| to float precision (and x*x may overflow) */
+    const ppl_vi huge = ax > ppl_act_splat(1500.0f);
+    const ppl_vf arg = ppl_act_select(huge, ax, ax + ppl_act_sqrt(z + one));
+    const ppl_vf big = ppl_log(arg) + ppl_act_select(huge, ppl_act_splat(0.693147180559945309f),
+                                                     ppl_act_splat(0.0f));
+    const ppl_vf r = ppl_act_select(ax < ppl_act_splat(0.5f), small, big);
+    return ppl_act_select(x != x, x, ppl_act_copysign(r, x));
+}
+
+PPL_ACT_INLINE ppl_vf ppl_acosh(ppl_vf x) {
+    static const float A[5] = {1.4142135263E0f, -1.1784741703E-1f, 2.6454905019E-2f,
+                               -7.5272886713E-3f, 1.7596881071E-3f};
+    const ppl_vf one = ppl_act_splat(1.0f);
+    const ppl_vf z = x - one;
+    /* near 1: sqrt(z) * A(z); x < 1 gives NaN there, through sqrt */
+    const ppl_vf near = ppl_act_poly(z, A, 5) * ppl_act_sqrt(z);
+    const ppl_vi huge = x > ppl_act_splat(1500.0f);
+    const ppl_vf arg = ppl_act_select(huge, x, x + ppl_act_sqrt(z * (x + one)));
+    const ppl_vf far = ppl_log(arg) + ppl_act_select(huge, ppl_act_splat(0.693147180559945309f),
+                                                     ppl_act_splat(0.0f));
+    return ppl_act_select(z < ppl_act_splat(0.5f), near, far);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_atanh(ppl_vf x) {
+    static const float A[5] = {3.33337300303E-1f, 1.99782164500E-1f, 1.46691431730E-1f,
+                               8.24370301058E-2f, 1.81740078349E-1f};
+    const ppl_vf one = ppl_act_splat(1.0f);
+    const ppl_vf z = x * x;
+    const ppl_vf small = ppl_act_poly(z, A, 5) * z * x + x;
+    const ppl_vf big = ppl_act_splat(0.5f) * ppl_log((one + x) / (one - x));
+    return ppl_act_select(ppl_act_abs(x) < ppl_act_splat(0.5f), small, big);
+}
+
+/* One vector through activation `code`, every code inline: for the loops below, where
+ * `code` is a constant and the switch folds away. */
+PPL_ACT_INLINE ppl_vf ppl_activation_inline(ppl_vf x, int code, float p0, float p1) {
     switch (code) {
     case PPL_ACT_RELU: return ppl_relu(x);
     case PPL_ACT_LEAKY_RELU: return ppl_leaky_relu(x, p0);
@@ -174,7 +608,61 @@ PPL_ACT_INLINE ppl_vf ppl_apply_activation(ppl_vf x, int code, float p0, float p
     case PPL_ACT_SIGMOID: return ppl_sigmoid(x);
     case PPL_ACT_TANH: return ppl_tanh(x);
     case PPL_ACT_HARD_SWISH: return ppl_hard_swish(x);
+    case PPL_ACT_ABS: return ppl_act_abs(x);
+    case PPL_ACT_NEG: return -x;
+    case PPL_ACT_EXP: return ppl_exp(x);
+    case PPL_ACT_LOG: return ppl_log(x);
+    case PPL_ACT_SQRT: return ppl_act_sqrt(x);
+    case PPL_ACT_RECIPROCAL: return ppl_act_splat(1.0f) / x;
+    case PPL_ACT_FLOOR: return ppl_floor(x);
+    case PPL_ACT_CEIL: return ppl_ceil(x);
+    case PPL_ACT_ROUND: return ppl_round(x);
+    case PPL_ACT_SIGN: return ppl_sign(x);
+    case PPL_ACT_ERF: return ppl_erf(x);
+    case PPL_ACT_SIN: return ppl_sincos(x, 0);
+    case PPL_ACT_COS: return ppl_sincos(x, 1);
+    case PPL_ACT_TAN: return ppl_tan(x);
+    case PPL_ACT_ASIN: return ppl_asin(x);
+    case PPL_ACT_ACOS: return ppl_acos(x);
+    case PPL_ACT_ATAN: return ppl_atan(x);
+    case PPL_ACT_SINH: return ppl_sinh(x);
+    case PPL_ACT_COSH: return ppl_cosh(x);
+    case PPL_ACT_ASINH: return ppl_asinh(x);
+    case PPL_ACT_ACOSH: return ppl_acosh(x);
+    case PPL_ACT_ATANH: return ppl_atanh(x);
+    case PPL_ACT_HARD_SIGMOID: return ppl_hard_sigmoid(x, p0, p1);
+    case PPL_ACT_SOFTPLUS: return ppl_softplus(x);
+    case PPL_ACT_SOFTSIGN: return ppl_softsign(x);
+    case PPL_ACT_ELU: return ppl_elu(x, p0);
+    case PPL_ACT_SELU: return ppl_selu(x, p0, p1);
+    case PPL_ACT_CELU: return ppl_celu(x, p0);
+    case PPL_ACT_GELU: return ppl_gelu(x, p0);
+    case PPL_ACT_MISH: return ppl_mish(x);
+    case PPL_ACT_THRESHOLDED_RELU: return ppl_thresholded_relu(x, p0);
+    case PPL_ACT_SHRINK: return ppl_shrink(x, p0, p1);
     default: return x;
+    }
+}
+
+/* The codes after HARD_SWISH, out of line: callers of ppl_apply_activation with a run-time
+ * code (the brgemm and depthwise epilogues) inline only the first six. */
+static __attribute__((noinline, unused)) ppl_vf ppl_apply_activation_more(ppl_vf x, int code,
+                                                                       float p0, float p1) {
+    return ppl_activation_inline(x, code, p0, p1);
+}
+
+/* One vector through activation `code`: the six epilogue activations inline, the rest out
+ * of line. */
+PPL_ACT_INLINE ppl_vf ppl_apply_activation(ppl_vf x, int code, float p0, float p1) {
+    switch (code) {
+    case PPL_ACT_NONE: return x;
+    case PPL_ACT_RELU: return ppl_relu(x);
+    case PPL_ACT_LEAKY_RELU: return ppl_leaky_relu(x, p0);
+    case PPL_ACT_CLIP: return ppl_clip(x, p0, p1);
+    case PPL_ACT_SIGMOID: return ppl_sigmoid(x);
+    case PPL_ACT_TANH: return ppl_tanh(x);
+    case PPL_ACT_HARD_SWISH: return ppl_hard_swish(x);
+    default: return ppl_apply_activation_more(x, code, p0, p1);
     }
 }
 
@@ -202,27 +690,35 @@ PPL_ACT_INLINE void ppl_activation_loop(const int code, const float *x, float *y
                                         float p0, float p1) {
     ptrdiff_t i = 0;
     for (; i + PPL_VLEN <= n; i += PPL_VLEN)
-        ppl_act_store(y + i, ppl_apply_activation(ppl_act_load(x + i), code, p0, p1));
+        ppl_act_store(y + i, ppl_activation_inline(ppl_act_load(x + i), code, p0, p1));
     if (i < n)
         ppl_act_store_partial(
-            y + i, ppl_apply_activation(ppl_act_load_partial(x + i, n - i), code, p0, p1), n - i);
+            y + i, ppl_activation_inline(ppl_act_load_partial(x + i, n - i), code, p0, p1), n - i);
 }
+
+#define PPL_ACT_CASE(name) \
+    case PPL_ACT_##name: ppl_activation_loop(PPL_ACT_##name, x, y, n, p0, p1); break;
 
 /* y[0..n) = activation(x[0..n)); x == y is allowed.  One loop per code, so that no switch
  * is left inside a loop. */
 static __attribute__((unused)) void ppl_activation(const float *x, float *y, ptrdiff_t n,
                                                    int code, float p0, float p1) {
     switch (code) {
-    case PPL_ACT_RELU: ppl_activation_loop(PPL_ACT_RELU, x, y, n, p0, p1); break;
-    case PPL_ACT_LEAKY_RELU: ppl_activation_loop(PPL_ACT_LEAKY_RELU, x, y, n, p0, p1); break;
-    case PPL_ACT_CLIP: ppl_activation_loop(PPL_ACT_CLIP, x, y, n, p0, p1); break;
-    case PPL_ACT_SIGMOID: ppl_activation_loop(PPL_ACT_SIGMOID, x, y, n, p0, p1); break;
-    case PPL_ACT_TANH: ppl_activation_loop(PPL_ACT_TANH, x, y, n, p0, p1); break;
-    case PPL_ACT_HARD_SWISH: ppl_activation_loop(PPL_ACT_HARD_SWISH, x, y, n, p0, p1); break;
+    PPL_ACT_CASE(RELU) PPL_ACT_CASE(LEAKY_RELU) PPL_ACT_CASE(CLIP) PPL_ACT_CASE(SIGMOID)
+    PPL_ACT_CASE(TANH) PPL_ACT_CASE(HARD_SWISH) PPL_ACT_CASE(ABS) PPL_ACT_CASE(NEG)
+    PPL_ACT_CASE(EXP) PPL_ACT_CASE(LOG) PPL_ACT_CASE(SQRT) PPL_ACT_CASE(RECIPROCAL)
+    PPL_ACT_CASE(FLOOR) PPL_ACT_CASE(CEIL) PPL_ACT_CASE(ROUND) PPL_ACT_CASE(SIGN)
+    PPL_ACT_CASE(ERF) PPL_ACT_CASE(SIN) PPL_ACT_CASE(COS) PPL_ACT_CASE(TAN)
+    PPL_ACT_CASE(ASIN) PPL_ACT_CASE(ACOS) PPL_ACT_CASE(ATAN) PPL_ACT_CASE(SINH)
+    PPL_ACT_CASE(COSH) PPL_ACT_CASE(ASINH) PPL_ACT_CASE(ACOSH) PPL_ACT_CASE(ATANH)
+    PPL_ACT_CASE(HARD_SIGMOID) PPL_ACT_CASE(SOFTPLUS) PPL_ACT_CASE(SOFTSIGN) PPL_ACT_CASE(ELU)
+    PPL_ACT_CASE(SELU) PPL_ACT_CASE(CELU) PPL_ACT_CASE(GELU) PPL_ACT_CASE(MISH)
+    PPL_ACT_CASE(THRESHOLDED_RELU) PPL_ACT_CASE(SHRINK)
     default:
         if (x != y) __builtin_memmove(y, x, (size_t)n * sizeof(float));
         break;
     }
 }
+#undef PPL_ACT_CASE
 
 #endif /* PPL_ACTIVATION_FP32_H */

@@ -61,7 +61,16 @@ typedef int ppl_vi __attribute__((vector_size(PPL_VLEN * 4)));
 
 /* Post-op codes: must match post_ops.pxd / post_ops.py. */
 enum { PPL_POST_NONE = 0, PPL_POST_RELU = 1, PPL_POST_LEAKY_RELU = 2, PPL_POST_CLIP = 3,
-       PPL_POST_SIGMOID = 4, PPL_POST_TANH = 5, PPL_POST_HARD_SWISH = 6 };
+       PPL_POST_SIGMOID = 4, PPL_POST_TANH = 5, PPL_POST_HARD_SWISH = 6, PPL_POST_ABS = 7,
+       PPL_POST_NEG = 8, PPL_POST_EXP = 9, PPL_POST_LOG = 10, PPL_POST_SQRT = 11,
+       PPL_POST_RECIPROCAL = 12, PPL_POST_FLOOR = 13, PPL_POST_CEIL = 14, PPL_POST_ROUND = 15,
+       PPL_POST_SIGN = 16, PPL_POST_ERF = 17, PPL_POST_SIN = 18, PPL_POST_COS = 19,
+       PPL_POST_TAN = 20, PPL_POST_ASIN = 21, PPL_POST_ACOS = 22, PPL_POST_ATAN = 23,
+       PPL_POST_SINH = 24, PPL_POST_COSH = 25, PPL_POST_ASINH = 26, PPL_POST_ACOSH = 27,
+       PPL_POST_ATANH = 28, PPL_POST_HARD_SIGMOID = 29, PPL_POST_SOFTPLUS = 30,
+       PPL_POST_SOFTSIGN = 31, PPL_POST_ELU = 32, PPL_POST_SELU = 33, PPL_POST_CELU = 34,
+       PPL_POST_GELU = 35, PPL_POST_MISH = 36, PPL_POST_THRESHOLDED_RELU = 37,
+       PPL_POST_SHRINK = 38 };
 
 typedef struct {
     float alpha;          /* scales the batch-reduced sum */

@@ -9,6 +9,7 @@
 # branch left inside a loop.
 #
 #     make_activation_step(x, y, n, code, p0, p1)                  y = f(x), flat
+#     make_int_unary_step(dtype, x, y, n, code)                     Abs/Neg/Sign of ints
 #     make_binary_step(op, dtype, a, a_len, b, b_len, y, shape, a_strides, b_strides)
 #     make_channel_binary_n16cx_step(op, x, vec, ...)               y = x op vec[c], N16CX
 #     make_eltwise_step(dtype, y, size, [binary_pass(...) | channel_pass(...)], keep)
@@ -44,6 +45,10 @@ cdef extern from "_activation_fp32.h" nogil:
         PPL_ACT_SIGMOID
         PPL_ACT_TANH
         PPL_ACT_HARD_SWISH
+        PPL_ACT_ABS
+        PPL_ACT_NEG
+        PPL_ACT_SIGN
+        PPL_ACT_SHRINK
     void ppl_activation(const float *x, float *y, Py_ssize_t n, int code, float p0, float p1)
 
 
@@ -76,13 +81,20 @@ DIV = OP_DIV
 # Floats per vector register of this module's tier.
 VLEN = PPL_VLEN
 
-# Activation codes this module knows, with their parameter count (post_ops.PostOp values).
-_ACTIVATIONS = {PPL_ACT_NONE: 0, PPL_ACT_RELU: 0, PPL_ACT_LEAKY_RELU: 1, PPL_ACT_CLIP: 2,
-                PPL_ACT_SIGMOID: 0, PPL_ACT_TANH: 0, PPL_ACT_HARD_SWISH: 0}
+# Activation codes this module knows: post_ops.PostOp, every one a case of the header's
+# ppl_activation (a test checks the header's enum against PostOp).
+_ACTIVATIONS = frozenset(range(PPL_ACT_NONE, PPL_ACT_SHRINK + 1))
+# The integer unary ops of make_int_unary_step.
+INT_UNARY = frozenset((PPL_ACT_ABS, PPL_ACT_NEG, PPL_ACT_SIGN))
 
 
 ctypedef fused num_t:
     float
+    int32_t
+    int64_t
+
+
+ctypedef fused int_t:
     int32_t
     int64_t
 
@@ -154,6 +166,80 @@ def make_activation_step(size_t x, size_t y, Py_ssize_t n, int code, float p0=0,
     args.p1_at = <const float *>p1_at
     step.label = "activation"
     return step
+
+
+# Abs, Neg and Sign of int32 / int64 (NDARRAY).  As numpy, -MIN and |MIN| wrap to MIN:
+# negation goes through unsigned arithmetic, where wrapping is defined.
+
+cdef struct _IntUnaryArgs:
+    const void *x
+    void *y
+    Py_ssize_t n
+    int code
+
+
+cdef void _int_unary_range(int code, const int_t *x, int_t *y, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    if code == PPL_ACT_ABS:
+        for i in range(n):
+            y[i] = <int_t>(<uint64_t>0 - <uint64_t>x[i]) if x[i] < 0 else x[i]
+    elif code == PPL_ACT_NEG:
+        for i in range(n):
+            y[i] = <int_t>(<uint64_t>0 - <uint64_t>x[i])
+    else:
+        for i in range(n):
+            y[i] = (x[i] > 0) - (x[i] < 0)
+
+
+cdef void _int32_unary_step(const void *a, int tid, int nthreads) noexcept nogil:
+    cdef const _IntUnaryArgs *args = <const _IntUnaryArgs *>a
+    cdef Py_ssize_t b, e
+    _share(args.n, tid, nthreads, &b, &e)
+    if b < e:
+        _int_unary_range(args.code, <const int32_t *>args.x + b, <int32_t *>args.y + b, e - b)
+
+
+cdef void _int64_unary_step(const void *a, int tid, int nthreads) noexcept nogil:
+    cdef const _IntUnaryArgs *args = <const _IntUnaryArgs *>a
+    cdef Py_ssize_t b, e
+    _share(args.n, tid, nthreads, &b, &e)
+    if b < e:
+        _int_unary_range(args.code, <const int64_t *>args.x + b, <int64_t *>args.y + b, e - b)
+
+
+def make_int_unary_step(dtype, size_t x, size_t y, Py_ssize_t n, int code):
+    """y[i] = |x[i]|, -x[i] or sign(x[i]) (code ABS, NEG or SIGN of post_ops.PostOp) for
+    i < n, int32 or int64 elements; x == y is allowed."""
+    cdef int dt = _dtype_code(dtype)
+    if dt == DT_FLOAT32:
+        raise ValueError("make_int_unary_step: int32 or int64 only (float32: "
+                         "make_activation_step)")
+    if code not in INT_UNARY:
+        raise ValueError(f"make_int_unary_step: code {code} is not ABS, NEG or SIGN")
+    if n < 0:
+        raise ValueError(f"n = {n}: expected a non-negative element count")
+    if n > 0 and (x == 0 or y == 0):
+        raise ValueError("x and y must be valid addresses")
+    cdef Step step = new_step(_int32_unary_step if dt == DT_INT32 else _int64_unary_step,
+                              sizeof(_IntUnaryArgs), n >= PARALLEL_MIN)
+    cdef _IntUnaryArgs *args = <_IntUnaryArgs *>step.args
+    args.x = <const void *>x
+    args.y = <void *>y
+    args.n = n
+    args.code = code
+    step.label = "int_unary"
+    return step
+
+
+def int_unary(const int_t[::1] x, int_t[::1] y, int code, int num_threads):
+    """y = |x|, -x or sign(x) (code ABS, NEG or SIGN) on int32 or int64."""
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} elements but y has {y.shape[0]}: pass equal sizes")
+    if x.shape[0] == 0:
+        return
+    dtype = np.int32 if int_t is int32_t else np.int64
+    run_steps([make_int_unary_step(dtype, <size_t>&x[0], <size_t>&y[0], x.shape[0], code)],
+              num_threads)
 
 
 cdef Py_ssize_t _same_length(const float[::1] x, float[::1] y) except -1:

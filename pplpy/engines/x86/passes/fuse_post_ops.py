@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.common.data_format import DataFormat
+from pplpy.common.data_type import DataType
 
 # MatMul: every shape (batched, 1-D operands) runs on the gemm step, whose epilogue applies
 # the post-op to each batch entry.
@@ -21,37 +22,35 @@ FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm"), ("", "MatMul")}
 MAX_POST_OPS = 1  # the conv and gemm epilogues apply one eltwise post-op today
 
 
-def activation_post_op(graph, node):
-    """The (code, p0, p1) of an activation node, or None when it is not fusable."""
-    if node.domain != "":
+def activation_post_op(graph, node, op):
+    """The (code, p0, p1) of an activation node from its row of the activation table
+    (``op.activation``, ops/onnx/elementwise.py), or None when it is not fusable."""
+    row = getattr(op, "activation", None)
+    if node.domain != "" or row is None:
         return None
-    if node.op_type == "Relu":
-        return (PostOp.RELU, 0.0, 0.0)
-    if node.op_type == "Sigmoid":
-        return (PostOp.SIGMOID, 0.0, 0.0)
-    if node.op_type == "LeakyRelu":
-        return (PostOp.LEAKY_RELU, float(node.param.alpha), 0.0)
-    if node.op_type == "Clip":
-        if node.param is not None:  # opset 6-10: attributes
-            lo, hi = node.param.min, node.param.max
-        else:
-            bounds = []
-            for index in (1, 2):
-                name = node.inputs[index] if index < len(node.inputs) else ""
-                if not name:
-                    bounds.append(None)
-                    continue
-                value = graph.constants.get(name)
-                if value is None or value.size != 1:
-                    return None  # bounds computed at run time: keep the node
-                bounds.append(float(np.asarray(value).reshape(-1)[0]))
-            lo, hi = bounds
-        lo = -math.inf if lo is None else lo
-        hi = math.inf if hi is None else hi
-        if math.isnan(lo) or math.isnan(hi):
+    if row.input_params is None:  # parameters are attributes
+        try:
+            p0, p1 = row.params(node.param)
+        except ValueError:
             return None
-        return (PostOp.CLIP, lo, hi)
-    return None
+        return (row.code, float(p0), float(p1))
+    # Clip-11: min and max are inputs; fusable when they are constants.
+    bounds = []
+    for index in (1, 2):
+        name = node.inputs[index] if index < len(node.inputs) else ""
+        if not name:
+            bounds.append(None)
+            continue
+        value = graph.constants.get(name)
+        if value is None or value.size != 1:
+            return None  # bounds computed at run time: keep the node
+        bounds.append(float(np.asarray(value).reshape(-1)[0]))
+    lo, hi = bounds
+    lo = -math.inf if lo is None else lo
+    hi = math.inf if hi is None else hi
+    if math.isnan(lo) or math.isnan(hi):
+        return None
+    return (row.code, lo, hi)
 
 
 def fuse_post_ops(graph, ops):
@@ -66,13 +65,18 @@ def fuse_post_ops(graph, ops):
             if len(readers) != 1 or graph.is_graph_output(out):
                 break
             activation, index = readers[0]
-            post = activation_post_op(graph, activation)
+            post = activation_post_op(graph, activation, ops.get(activation))
             op = ops[node]
             post_ops = list(getattr(op, "post_ops", ()))
             if post is None or index != 0 or len(post_ops) >= MAX_POST_OPS:
                 break
             if graph.values[activation.outputs[0]].format is not graph.values[out].format:
                 break
+            if (graph.values[out].format is DataFormat.N16CX
+                    and not ops[activation].activation.keeps_padding):
+                break  # f(0) is not finite: the epilogue would poison the padding lanes
+            if graph.values[out].dtype is not DataType.FLOAT32:
+                break  # an integer MatMul: the epilogue's activations are float32
             result = activation.outputs[0]
             graph.remove_node(activation)
             graph.set_output(node, 0, result)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from impl_variants import variant_fixture
+from impl_variants import post_op_reference, variant_fixture
 
 from pplpy.engines.x86.impls.broadcast import broadcast_strides
 from pplpy.engines.x86.impls.post_ops import PostOp
@@ -97,12 +97,111 @@ def test_activation_extremes(m, code):
 
 
 def test_padding_lanes_stay_finite(m):
-    """f(0) is finite for every activation: an N16CX buffer is processed as one flat one."""
+    """f(0) is finite for every activation whose ops may run in N16CX (the table's
+    keeps_padding): such a buffer is processed as one flat one."""
+    from pplpy.engines.x86.ops.onnx.elementwise import ACTIVATIONS as TABLE
+
     zeros = np.zeros(64, np.float32)
-    for code, p0, p1, _ in ACTIVATIONS:
+    blocked = {row.code for row in TABLE if row.keeps_padding}
+    for code, p0, p1 in [(c, p0, p1) for c, p0, p1, _ in ACTIVATIONS] + MATH_ACTIVATIONS:
         y = np.empty_like(zeros)
         m.activation_fp32(zeros, y, int(code), p0, p1, 1)
-        assert np.isfinite(y).all(), code
+        assert np.isfinite(y).all() == (code in blocked or code == PostOp.NONE), code
+
+
+# The math activations after HARD_SWISH, with parameters (code, p0, p1), against float64
+# formulas (impl_variants.post_op_reference) with rtol 2e-6 (about 16 ulp; measured: below
+# 3e-7) and atol 1e-6 (results near 0: sin near pi, gelu's tail).
+MATH_ACTIVATIONS = [(code, 0.0, 0.0) for code in PostOp if code > PostOp.HARD_SWISH]
+MATH_ACTIVATIONS += [
+    (PostOp.HARD_SIGMOID, 0.2, 0.5), (PostOp.HARD_SIGMOID, -1.5, 0.25),
+    (PostOp.ELU, 1.0, 0.0), (PostOp.ELU, 0.3, 0.0),
+    (PostOp.SELU, 1.67326319217681884765625, 1.05070102214813232421875), (PostOp.SELU, 2, 3),
+    (PostOp.CELU, 1.0, 0.0), (PostOp.CELU, 0.25, 0.0),
+    (PostOp.GELU, 1.0, 0.0),  # the tanh approximation
+    (PostOp.THRESHOLDED_RELU, 1.0, 0.0), (PostOp.THRESHOLDED_RELU, -0.5, 0.0),
+    (PostOp.SHRINK, 0.0, 0.5), (PostOp.SHRINK, 1.5, 0.3),
+]
+MATH_ACTIVATIONS = [(c, p0, p1) for c, p0, p1 in MATH_ACTIVATIONS
+                    if not ((c in (PostOp.ELU, PostOp.SELU, PostOp.CELU, PostOp.HARD_SIGMOID,
+                                   PostOp.THRESHOLDED_RELU, PostOp.SHRINK)) and p0 == p1 == 0)]
+
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 3e-39, -3e-39, 1e-8,
+                     -1e-8, 0.5, -0.5, 1.0, -1.0, 1.5, -1.5, 2.5, -2.5, 88.5, 88.7, 88.8, -87.5,
+                     -104, 89.5, -89.5, 1e7, -1e7, 2.0 ** 24 + 2, 1e30, -1e30, 3.4e38, -3.4e38],
+                    np.float32)
+
+
+def _math_inputs():
+    grid = np.concatenate([np.linspace(-10, 10, 40001), np.linspace(-100, 100, 4001),
+                           np.linspace(-1, 1, 4001), np.geomspace(1e-6, 1e6, 2001),
+                           -np.geomspace(1e-6, 1e6, 2001)]).astype(np.float32)
+    return np.concatenate([SPECIALS, grid])
+
+
+@pytest.mark.parametrize("code,p0,p1", MATH_ACTIVATIONS, ids=lambda v: str(v))
+def test_math_activations_against_float64(m, code, p0, p1):
+    x = _math_inputs()
+    if code == PostOp.TAN:  # tan's condition number: stay away from its poles
+        with np.errstate(invalid="ignore"):
+            x = x[(np.abs(np.cos(x.astype(np.float64))) > 1e-2) | ~np.isfinite(x)]
+    guard = np.full(x.size + 40, 7.0, np.float32)
+    run_steps([m.make_activation_step(x.ctypes.data, guard.ctypes.data, x.size, int(code),
+                                      p0, p1)], 2)
+    want = post_op_reference(x, code, np.float32(p0), np.float32(p1))
+    np.testing.assert_allclose(guard[:x.size], want, rtol=2e-6, atol=1e-6)
+    assert (guard[x.size:] == 7).all()
+    # Tails: every length around the vector width gives the same values as the full run.
+    for n in range(1, 2 * m.VLEN + 2):
+        y = np.empty(n, np.float32)
+        m.activation_fp32(x[:n].copy(), y, int(code), p0, p1, 1)
+        np.testing.assert_array_equal(y, guard[:n])
+
+
+def test_math_activation_exact_cases(m):
+    """Values that must come out exactly: rounding ties, signed zeros, limits."""
+    cases = {
+        PostOp.ROUND: ([0.5, 1.5, 2.5, -0.5, -2.5, 8388609, -0.0], [0, 2, 2, -0.0, -2, 8388609,
+                                                                     -0.0]),
+        PostOp.FLOOR: ([-0.5, 0.5, -0.0, 2 ** 23 + 1], [-1, 0, -0.0, 2 ** 23 + 1]),
+        PostOp.CEIL: ([-0.5, 0.5, -0.0], [-0.0, 1, -0.0]),
+        PostOp.SIGN: ([-3, 0, 3, np.nan], [-1, 0, 1, np.nan]),
+        PostOp.LOG: ([0, -1, 1, np.inf], [-np.inf, np.nan, 0, np.inf]),
+        PostOp.EXP: ([0, -np.inf, np.inf, 88.72], [1, 0, np.inf, np.exp(np.float32(88.72))]),
+        PostOp.SQRT: ([-1, 0, 4, np.inf], [np.nan, 0, 2, np.inf]),
+        PostOp.RECIPROCAL: ([0, -0.0, 4], [np.inf, -np.inf, 0.25]),
+        PostOp.ERF: ([0, np.inf, -np.inf, 5], [0, 1, -1, 1]),
+        PostOp.TANH: ([np.inf, -np.inf], [1, -1]),
+        PostOp.SOFTPLUS: ([1000, -1000, np.inf], [1000, 0, np.inf]),
+        PostOp.ATANH: ([1, -1, 2], [np.inf, -np.inf, np.nan]),
+        PostOp.ACOSH: ([0, 1, np.inf], [np.nan, 0, np.inf]),
+    }
+    for code, (x, want) in cases.items():
+        x = np.array(x, np.float32)
+        y = np.empty_like(x)
+        m.activation_fp32(x, y, int(code), 0, 0, 1)
+        np.testing.assert_allclose(y, np.array(want, np.float32), rtol=1e-7, err_msg=code.name)
+        want = np.array(want, np.float32)
+        signed = ~np.isnan(want)
+        assert (np.signbit(y) == np.signbit(want))[signed].all(), code.name
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("code", [PostOp.ABS, PostOp.NEG, PostOp.SIGN])
+def test_int_unary(m, code, dtype):
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(1).integers(-1000, 1000, 70_001).astype(dtype)
+    x[:5] = [0, info.min, info.max, -1, 1]
+    ref = {PostOp.ABS: np.abs, PostOp.NEG: np.negative, PostOp.SIGN: np.sign}[code]
+    for nt in (1, 2):
+        y = np.empty_like(x)
+        m.int_unary(x, y, int(code), nt)
+        with np.errstate(over="ignore"):
+            np.testing.assert_array_equal(y, ref(x))  # MIN wraps to MIN, as numpy
+    with pytest.raises(ValueError, match="not ABS, NEG or SIGN"):
+        m.make_int_unary_step(dtype, 0, 0, 0, int(PostOp.EXP))
+    with pytest.raises(ValueError, match="int32 or int64"):
+        m.make_int_unary_step(np.float32, 0, 0, 0, int(PostOp.ABS))
 
 
 def test_activation_step_checks(m):
@@ -138,10 +237,10 @@ def test_threads_give_the_same_bytes(m):
     x = _x(300_001, seed=2)
     b = _x(301, seed=3)
 
-    def activation():
+    def activation(code=PostOp.SIGMOID, p0=0.0, p1=0.0):
         y = np.empty_like(x)
-        return y, m.make_activation_step(x.ctypes.data, y.ctypes.data, x.size,
-                                         int(PostOp.SIGMOID), 0, 0)
+        return y, m.make_activation_step(x.ctypes.data, y.ctypes.data, x.size, int(code), p0,
+                                         p1)
 
     a2 = x[:300_000].reshape(1000, 300)
 
@@ -160,7 +259,8 @@ def test_threads_give_the_same_bytes(m):
         return y, m.make_channel_binary_n16cx_step(m.SUB, xb.ctypes.data, b.ctypes.data, 19, 1,
                                                    y.ctypes.data, 2, 2, 4096, True, 19)
 
-    for make in (activation, broadcast, channel):
+    math = [lambda c=c, p0=p0, p1=p1: activation(c, p0, p1) for c, p0, p1 in MATH_ACTIVATIONS]
+    for make in (activation, broadcast, channel, *math):
         y, step = make()
         assert step.parallel
         _bytes_1_vs_2(make)

@@ -221,4 +221,4 @@ def test_gemm_step_rejects_bad_arguments(gemm):
     with pytest.raises(ValueError, match="a_offsets"):
         gemm.make_gemm_step(1, 1, 1, 2, 4, 4, 1, batch=2, a_offsets=[0])
     with pytest.raises(ValueError, match="post_op"):
-        gemm.make_gemm_step(1, 1, 1, 2, 4, 4, 1, post_op=9)
+        gemm.make_gemm_step(1, 1, 1, 2, 4, 4, 1, post_op=99)

@@ -148,7 +148,7 @@ def test_winograd_rejects_bad_arguments(wino):
     with pytest.raises(ValueError, match="oc=16 ic=16"):
         wino.winograd_conv2d_n16cx_fp32(x, packed, None, y, 16, 16, 1, 1, 0, 0.0, 0.0, 1)
     with pytest.raises(ValueError, match="post_op"):
-        wino.winograd_conv2d_n16cx_fp32(x, packed, None, y, 8, 16, 1, 1, 9, 0.0, 0.0, 1)
+        wino.winograd_conv2d_n16cx_fp32(x, packed, None, y, 8, 16, 1, 1, 99, 0.0, 0.0, 1)
 
 
 def test_variants_export_the_same_names():

@@ -69,13 +69,156 @@ ACTIVATIONS = {
 }
 
 
+_NODE = helper.make_node
+# The unary math ops, at their newest opset and (second entry) at their first; each runs in
+# N16CX too unless f(0) is not finite (Log, Reciprocal, Acosh: NDARRAY only).
+UNARY = {
+    "abs": (_NODE("Abs", ["t"], ["y"]), 6),
+    "neg": (_NODE("Neg", ["t"], ["y"]), 13),
+    "sign": (_NODE("Sign", ["t"], ["y"]), 9),
+    "exp": (_NODE("Exp", ["t"], ["y"]), 13),
+    "log": (_NODE("Log", ["t"], ["y"]), 13),
+    "sqrt": (_NODE("Sqrt", ["t"], ["y"]), 6),
+    "reciprocal": (_NODE("Reciprocal", ["t"], ["y"]), 13),
+    "floor": (_NODE("Floor", ["t"], ["y"]), 13),
+    "ceil": (_NODE("Ceil", ["t"], ["y"]), 6),
+    "round": (_NODE("Round", ["t"], ["y"]), 22),
+    "erf": (_NODE("Erf", ["t"], ["y"]), 13),
+    "sin": (_NODE("Sin", ["t"], ["y"]), 7),
+    "cos": (_NODE("Cos", ["t"], ["y"]), 22),
+    "tan": (_NODE("Tan", ["t"], ["y"]), 22),
+    "asin": (_NODE("Asin", ["t"], ["y"]), 22),
+    "acos": (_NODE("Acos", ["t"], ["y"]), 7),
+    "atan": (_NODE("Atan", ["t"], ["y"]), 22),
+    "sinh": (_NODE("Sinh", ["t"], ["y"]), 9),
+    "cosh": (_NODE("Cosh", ["t"], ["y"]), 22),
+    "asinh": (_NODE("Asinh", ["t"], ["y"]), 22),
+    "acosh": (_NODE("Acosh", ["t"], ["y"]), 9),
+    "atanh": (_NODE("Atanh", ["t"], ["y"]), 22),
+    "hard_sigmoid": (_NODE("HardSigmoid", ["t"], ["y"], alpha=0.3, beta=0.4), 6),
+    "hard_sigmoid_default": (_NODE("HardSigmoid", ["t"], ["y"]), 22),
+    "softplus": (_NODE("Softplus", ["t"], ["y"]), 1),
+    "softsign": (_NODE("Softsign", ["t"], ["y"]), 22),
+    "elu": (_NODE("Elu", ["t"], ["y"], alpha=0.7), 6),
+    "selu": (_NODE("Selu", ["t"], ["y"]), 22),
+    "selu_params": (_NODE("Selu", ["t"], ["y"], alpha=2.0, gamma=3.0), 6),
+    "celu": (_NODE("Celu", ["t"], ["y"], alpha=0.5), 12),
+    "gelu": (_NODE("Gelu", ["t"], ["y"]), 20),
+    "gelu_tanh": (_NODE("Gelu", ["t"], ["y"], approximate="tanh"), 20),
+    "mish": (_NODE("Mish", ["t"], ["y"]), 22),
+    "thresholded_relu": (_NODE("ThresholdedRelu", ["t"], ["y"], alpha=0.5), 10),
+    "shrink": (_NODE("Shrink", ["t"], ["y"], bias=0.3, lambd=0.8), 9),
+}
+NDARRAY_ONLY = {"Log", "Reciprocal", "Acosh"}
+ACTIVATIONS.update(UNARY)
+
+
+def _domain_x(op_type):
+    """Random inputs mostly inside the op's domain (Log, Sqrt, Asin ... also get some
+    outside: NaN on both sides)."""
+    x = _x()
+    if op_type in ("Asin", "Acos", "Atanh"):
+        x = np.tanh(x / 4).astype(np.float32) * np.float32(1.01)
+    elif op_type == "Acosh":
+        x = np.abs(x) + np.float32(0.9)
+    elif op_type in ("Log", "Sqrt"):
+        x = np.abs(x) - np.float32(0.1)
+    elif op_type in ("Sinh", "Cosh", "Exp"):
+        x = x * np.float32(4)
+    x.flat[:3] = [np.nan, -0.0, 3.0]
+    return x
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("blocked", [False, True], ids=["ndarray", "n16cx"])
 @pytest.mark.parametrize("name", ACTIVATIONS)
 def test_activation_rows(name, blocked, isa, tmp_path):
     node, opset = ACTIVATIONS[name]
+    if blocked and node.op_type in NDARRAY_ONLY:
+        pytest.skip(f"{node.op_type} runs in NDARRAY only (f(0) is not finite)")
     model = _model([node], {}, [], blocked, opset)
-    _check(model, [{"x": _x()}], isa, tmp_path, blocked, node.op_type)
+    _check(model, [{"x": _domain_x(node.op_type)}], isa, tmp_path, blocked, node.op_type)
+
+
+@pytest.mark.parametrize("op_type", sorted(NDARRAY_ONLY))
+def test_ops_with_infinite_f0_take_ndarray_after_a_blocked_conv(op_type, tmp_path):
+    """After a Conv (N16CX) the op gets a reorder to NDARRAY in front, and the result is
+    right (zero padding lanes would have become inf / NaN)."""
+    model = _model([_NODE(op_type, ["t"], ["y"])], {}, [], True, 13 if op_type != "Acosh"
+                   else 22)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(path, fusion=False)
+    (node,) = [n for n in rt.graph.nodes if n.op_type == op_type]
+    assert rt.formats[node.inputs[0]] is DataFormat.NDARRAY
+    x = np.abs(_x()) + np.float32(1)
+    np.testing.assert_allclose(rt.run({"x": x})["y"], ReferenceEvaluator(model).run(
+        None, {"x": x})[0], rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["erf", "gelu", "exp", "sqrt", "hard_sigmoid", "elu", "mish",
+                                  "log", "sin"])
+@pytest.mark.parametrize("producer", ["Conv", "Gemm"])
+def test_math_activations_fuse_into_conv_and_gemm(name, producer, tmp_path):
+    """Every activation of the table fuses into Conv / Gemm (the epilogue calls the same
+    vector function); one that must not see N16CX padding (Log) stays unfused after a Conv."""
+    node, opset = UNARY[name]
+    node = helper.make_node(node.op_type, ["c"], ["y"])
+    node.attribute.extend(UNARY[name][0].attribute)
+    if producer == "Conv":
+        w = (RNG.standard_normal((C, C, 1, 1)) * 0.3).astype(np.float32)
+        nodes = [_NODE("Conv", ["x", "w"], ["c"]), node]
+        shape = [2, C, 5, 3]
+    else:
+        w = (RNG.standard_normal((C, 7)) * 0.3).astype(np.float32)
+        nodes = [_NODE("Gemm", ["x", "w"], ["c"]), node]
+        shape = [4, C]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", max(opset, 13))])
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(path)
+    fused = not any(n.op_type == node.op_type for n in rt.graph.nodes)
+    assert fused == (producer == "Gemm" or node.op_type not in NDARRAY_ONLY)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_unsupported_attribute_values_fail_at_load(tmp_path):
+    for node, opset in [(_NODE("Gelu", ["t"], ["y"], approximate="erf"), 20),
+                        (_NODE("Celu", ["t"], ["y"], alpha=0.0), 12)]:
+        model = _model([node], {}, [], False, opset)
+        path = tmp_path / "model.onnx"
+        onnx.save(model, path)
+        with pytest.raises(pplpy.UnsupportedOpError, match=node.op_type):
+            pplpy.load(path)
+
+
+@pytest.mark.parametrize("dtype,onnx_type", [(np.int32, TensorProto.INT32),
+                                             (np.int64, TensorProto.INT64)])
+@pytest.mark.parametrize("op_type", ["Abs", "Neg", "Sign"])
+def test_integer_unary(op_type, dtype, onnx_type, tmp_path):
+    model = _model([_NODE(op_type, ["t"], ["y"])], {}, [], False, 13, x_type=onnx_type)
+    x = RNG.integers(-100, 100, (2, C, 5, 3)).astype(dtype)
+    x.flat[:2] = [0, np.iinfo(dtype).max]
+    _check(model, [{"x": x}], supported_isas()[0], tmp_path, False, op_type)
+
+
+@pytest.mark.parametrize("blocked", [False, True], ids=["ndarray", "n16cx"])
+def test_unary_threads_1_vs_2(blocked, tmp_path):
+    """A large tensor (parallel steps): 1 and 2 threads give the same bytes."""
+    node = _NODE("Erf", ["t"], ["y"])
+    model = _model([node], {}, [], blocked, 13)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 200
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    x = (RNG.standard_normal((200, C, 5, 3)) * 3).astype(np.float32)
+    outs = [pplpy.load(path, num_threads=nt).run({"x": x})["y"] for nt in (1, 2)]
+    assert outs[0].tobytes() == outs[1].tobytes()
 
 
 CLIP_BOUNDS = {
@@ -137,10 +280,26 @@ def test_sum_chains(case, isa, tmp_path):
 
 @pytest.mark.parametrize("dtype,onnx_type", [(np.int32, TensorProto.INT32),
                                              (np.int64, TensorProto.INT64)])
-@pytest.mark.parametrize("op_type", ["Add", "Mul", "Sum"])
+@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul", "Div", "Sum"])
 def test_integer_arithmetic(op_type, dtype, onnx_type, tmp_path):
     b = RNG.integers(-9, 9, (C, 1, 1)).astype(dtype)
     nodes = [helper.make_node(op_type, ["t", "b"] + (["t"] if op_type == "Sum" else []), ["y"])]
     model = _model(nodes, {"b": b}, [], False, x_type=onnx_type)
     x = RNG.integers(-100, 100, (2, C, 5, 3)).astype(dtype)
     _check(model, [{"x": x}], supported_isas()[0], tmp_path, False, op_type)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("blocked", [False, True], ids=["ndarray", "n16cx"])
+@pytest.mark.parametrize("op_type", ["Sub", "Div"])
+@pytest.mark.parametrize("b_shape,b_first", [((C, 1, 1), False), ((C, 1, 1), True),
+                                             ((1,), False), ((2, C, 5, 3), True)])
+def test_sub_div(op_type, b_shape, b_first, blocked, isa, tmp_path):
+    """Float Sub and Div: a per-channel vector, a scalar, a full tensor, either side."""
+    b = (RNG.standard_normal(b_shape) + 3).astype(np.float32)
+    names = ["b", "t"] if b_first else ["t", "b"]
+    model = _model([helper.make_node(op_type, names, ["y"])], {"b": b}, [], blocked)
+    x = _x()
+    if op_type == "Div" and b_first:
+        x = x + np.float32(0.5)
+    _check(model, [{"x": x}], isa, tmp_path, blocked and len(b_shape) < 4, op_type)

@@ -3,8 +3,11 @@
 ACTIVATIONS has one row per (op, opset range): the ONNX op, its activation code (a vector
 function in ``impls/_activation_fp32.h``, shared with the fused GEMM/conv epilogue) and where
 its parameters p0, p1 come from.  Each row is declared with ``@op`` and runs in NDARRAY or
-N16CX (whichever arrives) on every ISA tier, as one compiled activation step.  Adding an
-activation is a row here plus its vector function and code.
+N16CX (whichever arrives; NDARRAY only where f(0) is not finite, so that N16CX padding lanes
+could not stay finite: Log, Reciprocal, Acosh) on every ISA tier, as one compiled activation
+step; Abs, Neg and Sign also run on int32 / int64.  The fusion pass reads the same rows
+(passes/fuse_post_ops.py).  Adding an activation is a row here plus its vector function and
+code.
 
 BINARY_OPS are Add, Sub, Mul and Div with numpy broadcasting, float32 / int32 / int64; Sum
 is a chain of Adds in one step.  Formats: NDARRAY always works; N16CX is kept when the big
@@ -21,12 +24,14 @@ from typing import Callable
 import numpy as np
 
 from pplpy.common.data_format import DataFormat
+from pplpy.common.data_type import DataType
 from pplpy.engines.x86.impls.broadcast import broadcast_strides
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.engines.x86.ops.canned import (
     NUMERIC_TYPES,
     broadcast_inputs_shape,
     follow_input_format,
+    ndarray_only,
     same_shape_as_input,
 )
 from pplpy.engines.x86.ops.declare import op
@@ -34,22 +39,57 @@ from pplpy.engines.x86.ops.kernel import Slot, X86Kernel
 from pplpy.engines.x86.ops.layout import spatial_size
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.models.onnx.parsers.encodings import parse_clip_attributes
-from pplpy.params.onnx import ClipParam, LeakyReluParam
+from pplpy.params.onnx import (
+    CeluParam,
+    ClipParam,
+    EluParam,
+    GeluParam,
+    HardSigmoidParam,
+    LeakyReluParam,
+    SeluParam,
+    ShrinkParam,
+    ThresholdedReluParam,
+)
 
 # ---------------------------------------------------------------------------------------
 # Activations.
 
 
-def _no_params(kernel, io):
+def _no_params(param):
     return 0.0, 0.0
 
 
-def _leaky_relu_params(kernel, io):
-    return kernel.param.alpha, 0.0
+def _alpha(param):
+    return float(param.alpha), 0.0
 
 
-def _clip_attributes(kernel, io):
-    return kernel.param.min, kernel.param.max
+def _alpha_beta(param):
+    return float(param.alpha), float(param.beta)
+
+
+def _clip_attributes(param):
+    return param.min, param.max
+
+
+def _selu_params(param):
+    return float(param.alpha), float(param.gamma)
+
+
+def _celu_params(param):
+    if param.alpha == 0:
+        raise ValueError("Celu with alpha = 0 is undefined (x / alpha)")
+    return float(param.alpha), 0.0
+
+
+def _shrink_params(param):
+    return float(param.bias), float(param.lambd)
+
+
+def _gelu_params(param):
+    approximate = {"none": 0.0, "tanh": 1.0}.get(param.approximate)
+    if approximate is None:
+        raise ValueError(f"Gelu approximate={param.approximate!r}: expected 'none' or 'tanh'")
+    return approximate, 0.0
 
 
 def _clip_inputs(kernel, io):
@@ -75,19 +115,60 @@ class Activation:
     op_type: str
     since: int  # the opset where the op took this meaning (open-ended, see declare.py)
     code: PostOp
-    params: Callable = _no_params  # (kernel, io) -> (p0, p1): floats, or Slots read at run time
+    # param -> (p0, p1) from the attributes; a ValueError names a value pplpy does not run
+    # (raised as UnsupportedOpError at load time).
+    params: Callable = _no_params
     param: type | None = None  # the param dataclass parsed from the attributes
     parse: Callable | None = None  # a custom parser, where the ONNX encoding is awkward
+    # f(0) is finite, so N16CX's zero padding lanes stay finite and the op may run blocked.
+    keeps_padding: bool = True
+    # Also int32 / int64 (NDARRAY), through make_int_unary_step.
+    int_types: bool = False
+    # (kernel, io) -> (p0, p1) where parameters are inputs (Clip-11), instead of params.
+    input_params: Callable | None = None
 
 
 ACTIVATIONS = (
     Activation("Relu", 6, PostOp.RELU),
-    Activation("LeakyRelu", 6, PostOp.LEAKY_RELU, _leaky_relu_params, LeakyReluParam),
+    Activation("LeakyRelu", 6, PostOp.LEAKY_RELU, _alpha, LeakyReluParam),
     Activation("Clip", 6, PostOp.CLIP, _clip_attributes, ClipParam, parse_clip_attributes),
-    Activation("Clip", 11, PostOp.CLIP, _clip_inputs),  # min/max became optional inputs
+    Activation("Clip", 11, PostOp.CLIP, input_params=_clip_inputs),  # min/max became inputs
     Activation("Sigmoid", 6, PostOp.SIGMOID),
     Activation("Tanh", 6, PostOp.TANH),
     Activation("HardSwish", 14, PostOp.HARD_SWISH),
+    # Opset 1 versions of the ops from 6 had the legacy consumed_inputs attribute.
+    Activation("Abs", 6, PostOp.ABS, int_types=True),
+    Activation("Neg", 6, PostOp.NEG, int_types=True),
+    Activation("Sign", 9, PostOp.SIGN, int_types=True),
+    Activation("Exp", 6, PostOp.EXP),
+    Activation("Log", 6, PostOp.LOG, keeps_padding=False),  # log(0) = -inf
+    Activation("Sqrt", 6, PostOp.SQRT),
+    Activation("Reciprocal", 6, PostOp.RECIPROCAL, keeps_padding=False),  # 1 / 0 = inf
+    Activation("Floor", 6, PostOp.FLOOR),
+    Activation("Ceil", 6, PostOp.CEIL),
+    Activation("Round", 11, PostOp.ROUND),
+    Activation("Erf", 9, PostOp.ERF),
+    Activation("Sin", 7, PostOp.SIN),
+    Activation("Cos", 7, PostOp.COS),
+    Activation("Tan", 7, PostOp.TAN),
+    Activation("Asin", 7, PostOp.ASIN),
+    Activation("Acos", 7, PostOp.ACOS),
+    Activation("Atan", 7, PostOp.ATAN),
+    Activation("Sinh", 9, PostOp.SINH),
+    Activation("Cosh", 9, PostOp.COSH),
+    Activation("Asinh", 9, PostOp.ASINH),
+    Activation("Acosh", 9, PostOp.ACOSH, keeps_padding=False),  # acosh(0) = NaN
+    Activation("Atanh", 9, PostOp.ATANH),
+    Activation("HardSigmoid", 6, PostOp.HARD_SIGMOID, _alpha_beta, HardSigmoidParam),
+    Activation("Softplus", 1, PostOp.SOFTPLUS),
+    Activation("Softsign", 1, PostOp.SOFTSIGN),
+    Activation("Elu", 6, PostOp.ELU, _alpha, EluParam),
+    Activation("Selu", 6, PostOp.SELU, _selu_params, SeluParam),
+    Activation("Celu", 12, PostOp.CELU, _celu_params, CeluParam),
+    Activation("Gelu", 20, PostOp.GELU, _gelu_params, GeluParam),
+    Activation("Mish", 18, PostOp.MISH),
+    Activation("ThresholdedRelu", 10, PostOp.THRESHOLDED_RELU, _alpha, ThresholdedReluParam),
+    Activation("Shrink", 9, PostOp.SHRINK, _shrink_params, ShrinkParam),
 )
 
 
@@ -102,8 +183,15 @@ class ActivationKernel(X86Kernel):
         if not self.has_work(io):
             return None
         x, y = io.inputs[0], io.outputs[0]
+        row = self.activation
+        impl = self.impl("eltwise_fp32")
+        if x.shape.data_type is not DataType.FLOAT32:  # Abs, Neg, Sign of int32 / int64
+            step = impl.make_int_unary_step(x.shape.data_type.numpy, x.address, y.address,
+                                            x.array.size, int(row.code))
+            return _named(step, self.node.name)
         values, addresses, keep = [], [], []
-        for p in self.activation.params(self, io):
+        params = row.input_params(self, io) if row.input_params else row.params(self.param)
+        for p in params:
             if isinstance(p, Slot):
                 values.append(0.0)
                 addresses.append(p.address)
@@ -111,19 +199,32 @@ class ActivationKernel(X86Kernel):
             else:
                 values.append(float(p))
                 addresses.append(0)
-        step = self.impl("eltwise_fp32").make_activation_step(
-            x.address, y.address, x.array.size, int(self.activation.code), *values, *addresses)
+        step = impl.make_activation_step(x.address, y.address, x.array.size, int(row.code),
+                                         *values, *addresses)
         step.keep = keep
         return _named(step, self.node.name)
 
 
 class ActivationOp(X86OptKernel):
-    """An element-wise float32 activation; ``activation`` is its row of ACTIVATIONS."""
+    """An element-wise activation; ``activation`` is its row of ACTIVATIONS."""
 
     activation = None
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     infer_shape = same_shape_as_input
-    select_format = follow_input_format
+
+    def infer_type(self, in_types):
+        out = super().infer_type(in_types)
+        if self.activation.input_params is None:
+            try:
+                self.activation.params(self.param)
+            except ValueError as exc:
+                raise self.unsupported(str(exc)) from None
+        return out
+
+    def select_format(self, in_formats, in_shapes):
+        if not self.activation.keeps_padding:
+            return ndarray_only(self, in_formats, in_shapes)
+        return follow_input_format(self, in_formats, in_shapes)
 
     def create_kernel(self):
         return ActivationKernel(self, self.activation)
@@ -140,18 +241,25 @@ class ClipOp(ActivationOp):
         return [in_shapes[0]]
 
 
-def _declare_activation(row):
+def _declare_activation(row, first):
     base = ClipOp if row.op_type == "Clip" else ActivationOp
-    name = f"{row.op_type}Op" if row.since == 6 else f"{row.op_type}{row.since}Op"
+    name = f"{row.op_type}Op" if first else f"{row.op_type}{row.since}Op"
     doc = f"ONNX {row.op_type} from opset {row.since}: activation {row.code.name.lower()}."
-    cls = type(name, (base,), {"activation": row, "__doc__": doc, "__module__": __name__})
+    attrs = {"activation": row, "__doc__": doc, "__module__": __name__}
+    if not row.keeps_padding:
+        attrs["formats"] = (DataFormat.NDARRAY,)
+    if row.int_types:
+        attrs["supported_types"] = NUMERIC_TYPES
+    cls = type(name, (base,), attrs)
     return op("", row.op_type, since=row.since, param=row.param, parse=row.parse)(cls)
 
 
+_seen = set()
 for _row in ACTIVATIONS:
-    _cls = _declare_activation(_row)
+    _cls = _declare_activation(_row, _row.op_type not in _seen)
+    _seen.add(_row.op_type)
     globals()[_cls.__name__] = _cls
-del _row, _cls
+del _row, _cls, _seen
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,8 +304,9 @@ class BinaryKernel(X86Kernel):
             keep.append(one)
             passes = [_scalar_pass(impl, impl.MUL, terms[0], one, y)]
         else:
-            if y.shape.data_format is DataFormat.N16CX:
-                # A blocked term first, so that the first pass writes all of y.
+            if y.shape.data_format is DataFormat.N16CX and len(terms) > 2:
+                # Sum: a blocked term first, so that the first pass writes all of y (Sub and
+                # Div keep their order: _passes puts the vector on its side).
                 terms.sort(key=lambda s: s.shape.data_format is not DataFormat.N16CX)
             passes = _passes(impl, code, terms[0], terms[1], y, keep)
             for term in terms[2:]:
@@ -295,9 +404,9 @@ class BroadcastOp(X86OptKernel):
         return BinaryKernel(self, self.op_name)
 
 
-# (op type, impl op, first opset with numpy broadcasting).  The kernels also do SUB and DIV;
-# rows for Sub and Div wait for their small-int conformance cases to join EXCLUDES.
-BINARY_OPS = (("Add", "ADD", 7), ("Mul", "MUL", 7), ("Sum", "ADD", 8))
+# (op type, impl op, first opset with numpy broadcasting).
+BINARY_OPS = (("Add", "ADD", 7), ("Sub", "SUB", 7), ("Mul", "MUL", 7), ("Div", "DIV", 7),
+              ("Sum", "ADD", 8))
 
 for _op_type, _op_name, _since in BINARY_OPS:
     _cls = type(f"{_op_type}Op", (BroadcastOp,), {
