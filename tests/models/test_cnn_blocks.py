@@ -49,10 +49,6 @@ def test_mobilenetv3_block(channels, expand, squeeze, size, batch, isa):
             assert rt.formats[node.outputs[0]] is DataFormat.N16CX, node.name
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "elementwise.py BroadcastOp.select_format asks for a [N, C, 1, 1] channel-vector input "
-    "in NDARRAY, so the squeeze-excite scale (a Conv's N16CX output) gets a Reorder before "
-    "the Mul; for N > 1 it is not a channel vector at all and the whole Mul runs in NDARRAY"))
 @pytest.mark.parametrize("channels, expand, squeeze, size, batch", MOBILENET_CONFIGS)
 def test_mobilenetv3_block_no_reorder_between_convs(channels, expand, squeeze, size, batch):
     model = gb.mobilenetv3_block(channels=channels, expand=expand, squeeze=squeeze, size=size,

@@ -430,8 +430,9 @@ cdef struct _Pass:
     const void *a           # broadcast: a; channel: x (N16CX, the output's shape)
     const void *b           # broadcast: b; channel: vec (float32)
     _Layout L               # broadcast: the output as collapsed dims, strides of a and b
-    Py_ssize_t vec_len      # channel: vec[c * vec_stride] for c < vec_len, 0 past it
-    Py_ssize_t vec_stride
+    Py_ssize_t vec_len      # channel: vec[n * vec_batch_stride + c * vec_stride] for c <
+    Py_ssize_t vec_stride   # vec_len, 0 past it
+    Py_ssize_t vec_batch_stride
     Py_ssize_t blocks       # channel: output (N, blocks, npix, 16)
     Py_ssize_t npix
     Py_ssize_t channels     # channel: lanes c >= channels are written 0; -1: computed
@@ -489,7 +490,7 @@ cdef void _channel_range(const _Pass* p, float* y, Py_ssize_t begin,
     """Output elements [begin, end), whole pixels of 16 lanes."""
     cdef const float* x = <const float*>p.a
     cdef const float* vec = <const float*>p.b
-    cdef Py_ssize_t pix = begin // 16, pix_end = end // 16, r, s, cnt, cb, ch, off
+    cdef Py_ssize_t pix = begin // 16, pix_end = end // 16, r, s, cnt, cb, ch, off, base
     cdef float v[16]
     cdef int l
     if pix >= pix_end:
@@ -499,9 +500,10 @@ cdef void _channel_range(const _Pass* p, float* y, Py_ssize_t begin,
     while pix < pix_end:
         cnt = min(p.npix - s, pix_end - pix)
         cb = r % p.blocks
+        base = (r // p.blocks) * p.vec_batch_stride
         for l in range(16):
             ch = cb * 16 + l
-            v[l] = vec[ch * p.vec_stride] if ch < p.vec_len else 0
+            v[l] = vec[base + ch * p.vec_stride] if ch < p.vec_len else 0
         off = pix * 16
         _channel_binary_pixels(p.op, x + off, v, y + off, cnt)
         if 0 <= p.channels < (cb + 1) * 16:
@@ -577,14 +579,16 @@ def binary_pass(int op, size_t a, Py_ssize_t a_len, size_t b, Py_ssize_t b_len, 
 
 def channel_pass(int op, size_t x, size_t vec, Py_ssize_t vec_len, Py_ssize_t vec_stride,
                  Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t npix, bint vec_first=False,
-                 Py_ssize_t channels=-1):
-    """One pass y[n, c, s] = x[n, c, s] op vec[c] (vec op x if vec_first) on N16CX float32,
-    x and y (N, blocks, npix, 16); vec[c] is read at c * vec_stride for c < vec_len and is 0
-    past it.  With channels >= 0, lanes c >= channels of y are written 0 (Div by padding
+                 Py_ssize_t channels=-1, Py_ssize_t vec_batch_stride=0):
+    """One pass y[n, c, s] = x[n, c, s] op vec[n, c] (vec op x if vec_first) on N16CX
+    float32, x and y (N, blocks, npix, 16); vec[n, c] is read at n * vec_batch_stride +
+    c * vec_stride for c < vec_len and is 0 past it (vec_batch_stride 0: one vector for
+    every n).  With channels >= 0, lanes c >= channels of y are written 0 (Div by padding
     would make them NaN).  Returns (pass, output size)."""
     cdef _Pass p
     _check_op(op)
-    if N < 0 or blocks < 0 or npix < 0 or vec_len < 0 or vec_stride < 0:
+    if N < 0 or blocks < 0 or npix < 0 or vec_len < 0 or vec_stride < 0 or \
+            vec_batch_stride < 0:
         raise ValueError(f"N {N}, blocks {blocks}, npix {npix}, vec_len {vec_len}, "
                          f"vec_stride {vec_stride}: expected non-negative values")
     if channels > blocks * 16:
@@ -600,6 +604,7 @@ def channel_pass(int op, size_t x, size_t vec, Py_ssize_t vec_len, Py_ssize_t ve
     p.b = <const void *>vec
     p.vec_len = vec_len
     p.vec_stride = vec_stride
+    p.vec_batch_stride = vec_batch_stride
     p.blocks = blocks
     p.npix = npix
     p.channels = channels

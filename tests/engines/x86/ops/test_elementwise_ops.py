@@ -303,3 +303,37 @@ def test_sub_div(op_type, b_shape, b_first, blocked, isa, tmp_path):
     if op_type == "Div" and b_first:
         x = x + np.float32(0.5)
     _check(model, [{"x": x}], isa, tmp_path, blocked and len(b_shape) < 4, op_type)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("op_type", ["Mul", "Add", "Sub", "Div"])
+def test_per_sample_channel_vector_stays_blocked(op_type, batch, tmp_path):
+    """x [N,C,H,W] op s [N,C,1,1] with both from N16CX Convs (a squeeze-excite gate): no
+    reorder, and the values match the reference for every sample."""
+    import onnx as _onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from pplpy.common.data_format import DataFormat
+
+    rng = np.random.default_rng(9)
+    c = 20
+    w1 = rng.standard_normal((c, c, 1, 1)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((c, c, 1, 1)).astype(np.float32) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("GlobalAveragePool", ["a"], ["g"]),
+             helper.make_node("Conv", ["g", "w2"], ["s"]),
+             helper.make_node(op_type, ["a", "s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, 5, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "se.onnx"
+    _onnx.save(model, path)
+    rt = pplpy.load(path, fusion=False)
+    (node,) = [n for n in rt.graph.nodes if n.op_type == op_type]
+    assert [rt.formats[n] for n in node.inputs] == [DataFormat.N16CX, DataFormat.N16CX]
+    x = rng.standard_normal((batch, c, 5, 4)).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)

@@ -277,6 +277,26 @@ def is_channel_vector(shape, out_shape):
     return True
 
 
+def is_batch_channel_vector(shape, out_shape):
+    """True if ``shape`` has the output's rank and varies only along axes 0 (batch) and 1
+    (channels): a squeeze-excite scale [N, C, 1, 1] or a per-channel [1, C, 1, 1]."""
+    if len(shape) != len(out_shape) or len(out_shape) < 3 or tuple(shape) == tuple(out_shape):
+        return False
+    return all(dim == 1 for dim in shape[2:]) and shape[0] in (1, out_shape[0])
+
+
+def _vector_strides(vec, channels, out_rank):
+    """(vec_len, vec_stride, vec_batch_stride) reading a per-channel or per-(n, c) vector
+    operand: shapes right-aligned with the output's; N16CX [N, C, 1, ...] holds (n, c) at
+    n * padded C + c, NDARRAY at n * C + c."""
+    dims = tuple(vec.shape.dims)
+    offset = out_rank - len(dims)
+    c = dims[1 - offset] if 0 <= 1 - offset < len(dims) else 1
+    n = dims[0] if offset == 0 else 1
+    row = vec.shape.padded_channels if vec.shape.data_format is DataFormat.N16CX else c
+    return channels, (1 if c > 1 else 0), (row if n > 1 else 0)
+
+
 def _contiguous(slot, what):
     if not slot.array.flags.c_contiguous:
         raise ValueError(f"{what}: expected a C-contiguous array, got strides "
@@ -348,7 +368,8 @@ def _passes(impl, code, a, b, y, keep):
     channels = sy.dims[1]
     phys = sy.physical_dims
     blocked = (phys[0], phys[1], spatial_size(sy))
-    if a_blocked and b_blocked:
+    full = tuple(sy.dims)
+    if a_blocked and b_blocked and tuple(a.shape.dims) == full == tuple(b.shape.dims):
         size = y.array.size
         passes = [impl.binary_pass(code, a.address, a.array.size, b.address, b.array.size,
                                    [size], [1], [1])]
@@ -359,9 +380,13 @@ def _passes(impl, code, a, b, y, keep):
             passes.append(impl.channel_pass(impl.MUL, y.address, one.ctypes.data, channels, 0,
                                             *blocked, False, channels))
         return passes
-    big, vec, vec_first = (a, b, False) if a_blocked else (b, a, True)
-    return [impl.channel_pass(code, big.address, vec.address, channels,
-                              1 if vec.array.size > 1 else 0, *blocked, vec_first, channels)]
+    # One operand has the output's shape (blocked); the other is a per-(n, c) vector, in
+    # either format.
+    a_big = tuple(a.shape.dims) == full and a_blocked
+    big, vec, vec_first = (a, b, False) if a_big else (b, a, True)
+    vec_len, vec_stride, batch_stride = _vector_strides(vec, channels, len(sy.dims))
+    return [impl.channel_pass(code, big.address, vec.address, vec_len, vec_stride, *blocked,
+                              vec_first, channels, batch_stride)]
 
 
 class BroadcastOp(X86OptKernel):
@@ -389,14 +414,19 @@ class BroadcastOp(X86OptKernel):
         if not any(blocked) or len(out_shape) < 3:
             return ndarray, [DataFormat.NDARRAY]
         wanted = []
+        full = 0
         for shape, is_blocked in zip(in_shapes, blocked):
             if is_blocked and tuple(shape) == tuple(out_shape):
                 wanted.append(DataFormat.N16CX)
+                full += 1
+            elif is_batch_channel_vector(shape, out_shape) and len(in_shapes) == 2:
+                # A squeeze-excite scale straight from a blocked Conv stays blocked.
+                wanted.append(DataFormat.N16CX if is_blocked else DataFormat.NDARRAY)
             elif is_channel_vector(shape, out_shape):
                 wanted.append(DataFormat.NDARRAY)
             else:
                 return ndarray, [DataFormat.NDARRAY]
-        if DataFormat.N16CX not in wanted:
+        if not full:
             return ndarray, [DataFormat.NDARRAY]
         return wanted, [DataFormat.N16CX]
 
