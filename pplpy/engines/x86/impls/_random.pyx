@@ -12,7 +12,7 @@
 # ONNX does not specify the generator: values match no other engine's, only their
 # distribution.  Baseline flags (logf/cosf from libm; not a hot path).
 
-from libc.math cimport cos, log, sqrt
+from libc.math cimport INFINITY, cos, log, nextafterf, sqrt
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 import numpy as np
@@ -57,6 +57,7 @@ cdef void _random_step(const void *p, int tid, int nthreads) noexcept nogil:
     cdef const RandomArgs *a = <const RandomArgs *>p
     cdef Py_ssize_t i0, i1, i
     cdef double v, u1, u2, prob
+    cdef float f
     ppl_partition(a.n, tid, nthreads, &i0, &i1)
     for i in range(i0, i1):
         if a.kind == UNIFORM:
@@ -69,7 +70,12 @@ cdef void _random_step(const void *p, int tid, int nthreads) noexcept nogil:
             prob = (<const double *>a.p)[i] if a.p_double else (<const float *>a.p)[i]
             v = 1.0 if _unit(_bits(a.seed, i)) < prob else 0.0
         if a.out_type == 0:
-            (<float *>a.y)[i] = <float>v
+            f = <float>v
+            # Rounding to float32 can land a value just below high on high itself: keep the
+            # uniform range half-open, [low, high), as the spec says.
+            if a.kind == UNIFORM and a.b > 0 and f >= <float>(a.a + a.b):
+                f = nextafterf(<float>(a.a + a.b), -INFINITY)
+            (<float *>a.y)[i] = f
         elif a.out_type == 1:
             (<double *>a.y)[i] = v
         elif a.out_type == 2:

@@ -303,3 +303,15 @@ def test_random_ops_are_not_folded(tmp_path):
     x = np.zeros(64, np.float32)
     first = rt.run({"x": x})["y"]
     assert ((0 <= first) & (first < 1)).all() and len(np.unique(first)) > 32
+
+
+def test_random_uniform_stays_below_high_in_float32():
+    """low + (high - low) * u rounds to high for u near 1: the step keeps [low, high)."""
+    from pplpy.engines.x86.impls import _random
+    from pplpy.runtime.step import run_steps
+
+    y = np.empty(3_000_000, np.float32)
+    for seed in (1, 2, 3):
+        run_steps([_random.make_random_step("uniform", np.float32, y.ctypes.data, y.size, seed,
+                                            1.0, 1.0, 0, False, (y,))], 2)
+        assert 1.0 <= y.min() and y.max() < 2.0
