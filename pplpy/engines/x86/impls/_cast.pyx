@@ -23,21 +23,11 @@ from pplpy.runtime.step import run_steps
 cdef extern from *:
     ctypedef float half "_Float16"
 
+include "_onnx_types.pxi"
+
 cdef enum:
     PARALLEL_ELEMENTS = 65536
     CHUNK = 256
-    T_FLOAT16 = 10
-    T_FLOAT = 1
-    T_UINT8 = 2
-    T_INT8 = 3
-    T_UINT16 = 4
-    T_INT16 = 5
-    T_INT32 = 6
-    T_INT64 = 7
-    T_BOOL = 9
-    T_DOUBLE = 11
-    T_UINT32 = 12
-    T_UINT64 = 13
 
 # Element sizes of the types this module converts, by ONNX type number.
 SIZES = {T_FLOAT16: 2, T_FLOAT: 4, T_UINT8: 1, T_INT8: 1, T_UINT16: 2, T_INT16: 2, T_INT32: 4, T_INT64: 8,

@@ -33,21 +33,11 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 from pplpy.runtime.step import run_steps
 
 
+include "_onnx_types.pxi"
+
 cdef enum:
     PARALLEL_ELEMENTS = 65536
     MAX_RANK = 16
-    # ONNX TensorProto element types
-    T_FLOAT = 1
-    T_UINT8 = 2
-    T_INT8 = 3
-    T_UINT16 = 4
-    T_INT16 = 5
-    T_INT32 = 6
-    T_INT64 = 7
-    T_BOOL = 9
-    T_DOUBLE = 11
-    T_UINT32 = 12
-    T_UINT64 = 13
     # reductions
     R_NONE = 0
     R_ADD = 1

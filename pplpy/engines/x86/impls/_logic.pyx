@@ -27,19 +27,9 @@ from pplpy.runtime.step import run_steps
 
 include "_nary.pxi"
 
-cdef enum:
-    T_FLOAT = 1
-    T_UINT8 = 2
-    T_INT8 = 3
-    T_UINT16 = 4
-    T_INT16 = 5
-    T_INT32 = 6
-    T_INT64 = 7
-    T_BOOL = 9
-    T_DOUBLE = 11
-    T_UINT32 = 12
-    T_UINT64 = 13
+include "_onnx_types.pxi"
 
+cdef enum:
     # Comparison family (output bool).
     EQ = 0
     LT = 1
