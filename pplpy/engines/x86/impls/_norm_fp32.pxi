@@ -3,6 +3,10 @@
 # scale and shift folded from the BN parameters once when they are constants, or per
 # channel inside the step when they arrive at run time), Softmax, LogSoftmax and LRN.
 #
+# Where the fold is not finite (var + epsilon == 0, an inf or NaN statistic) a channel is
+# computed as y = (x - mean[c]) * scale[c] + B[c] instead, the spec's arithmetic: +/-inf
+# for x != mean, NaN for x == mean, where x * inf + (B - mean * inf) would give NaN.
+#
 #     make_channel_affine_{ndarray,n16cx}_step   folded scale and shift
 #     make_batchnorm_{ndarray,n16cx}_step        scale, B, mean, var and epsilon
 #     make_softmax_step                          Softmax / LogSoftmax along (outer, n, inner)
@@ -18,7 +22,8 @@
 # -ffast-math, which it needs to reorder a single running sum.
 
 import numpy as np
-from libc.math cimport logf, powf, sqrtf
+from libc.float cimport FLT_MAX, FLT_MIN
+from libc.math cimport logf, pow, sqrtf
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 from pplpy.runtime.step import run_steps
@@ -58,8 +63,9 @@ cdef int _check_sizes(str op, sizes) except -1:
 cdef struct _AffineArgs:
     const float* x
     float* y
-    const float* scale      # folded: y = x * scale[c] + shift[c]
+    const float* scale      # folded: y = (x - center[c]) * scale[c] + shift[c]
     const float* shift      # (BN: B; with `fold`, scale is BN's scale and shift its B)
+    const float* center     # NULL: 0 (not fold)
     const float* mean       # fold only: scale[c] / sqrt(var[c] + epsilon), and so on
     const float* var
     float epsilon
@@ -72,26 +78,35 @@ cdef struct _AffineArgs:
 
 
 cdef inline void _affine_coefficients(const _AffineArgs* a, Py_ssize_t c, float* k,
-                                      float* b) noexcept nogil:
-    """k, b of channel c: y = x * k + b."""
+                                      float* b, float* m) noexcept nogil:
+    """k, b, m of channel c: y = (x - m) * k + b (m = 0 where the fold is finite)."""
+    m[0] = 0
     if not a.fold:
         k[0] = a.scale[c]
         b[0] = a.shift[c]
+        if a.center != NULL:
+            m[0] = a.center[c]
     elif c >= a.channels:
         k[0] = 0
         b[0] = 0
     else:
         k[0] = a.scale[c] / sqrtf(a.var[c] + a.epsilon)
         b[0] = a.shift[c] - a.mean[c] * k[0]
+        # v - v is 0 for finite v, NaN for inf and NaN (no -ffinite-math-only here).
+        if not (k[0] - k[0] == 0 and b[0] - b[0] == 0):
+            m[0] = a.mean[c]
+            b[0] = a.shift[c]
 
 
 cdef void _affine_step(const void* p, int tid, int nthreads) noexcept nogil:
     cdef const _AffineArgs* a = <const _AffineArgs*>p
     cdef Py_ssize_t begin, end, r, s0, s1, i, off
     cdef int l
-    cdef float k1, b1
+    cdef float k1, b1, m1
+    cdef bint centered
     cdef float k[LANES]
     cdef float b[LANES]
+    cdef float m[LANES]
     ppl_partition(a.rows * a.S, tid, nthreads, &begin, &end)
     if begin >= end:
         return
@@ -100,20 +115,33 @@ cdef void _affine_step(const void* p, int tid, int nthreads) noexcept nogil:
         s1 = end - r * a.S if end < (r + 1) * a.S else a.S
         off = (r * a.S + s0) * a.lanes
         if a.lanes == 1:
-            _affine_coefficients(a, r % a.groups, &k1, &b1)
-            for i in range(s1 - s0):
-                a.y[off + i] = a.x[off + i] * k1 + b1
+            _affine_coefficients(a, r % a.groups, &k1, &b1, &m1)
+            if m1 == 0:
+                for i in range(s1 - s0):
+                    a.y[off + i] = a.x[off + i] * k1 + b1
+            else:
+                for i in range(s1 - s0):
+                    a.y[off + i] = (a.x[off + i] - m1) * k1 + b1
         else:
+            centered = False
             for l in range(LANES):
-                _affine_coefficients(a, (r % a.groups) * LANES + l, &k[l], &b[l])
-            for i in range(s1 - s0):
-                for l in range(LANES):
-                    a.y[off + i * LANES + l] = a.x[off + i * LANES + l] * k[l] + b[l]
+                _affine_coefficients(a, (r % a.groups) * LANES + l, &k[l], &b[l], &m[l])
+                centered = centered or m[l] != 0
+            if not centered:
+                for i in range(s1 - s0):
+                    for l in range(LANES):
+                        a.y[off + i * LANES + l] = a.x[off + i * LANES + l] * k[l] + b[l]
+            else:
+                for i in range(s1 - s0):
+                    for l in range(LANES):
+                        a.y[off + i * LANES + l] = (a.x[off + i * LANES + l] - m[l]) * k[l] \
+                            + b[l]
 
 
 cdef Step _affine_step_of(size_t x, size_t y, size_t scale, size_t shift, size_t mean,
                           size_t var, float epsilon, bint fold, Py_ssize_t N, Py_ssize_t groups,
-                          Py_ssize_t channels, Py_ssize_t S, Py_ssize_t lanes, keep):
+                          Py_ssize_t channels, Py_ssize_t S, Py_ssize_t lanes, keep,
+                          size_t center=0):
     cdef Py_ssize_t total = N * groups * S * lanes
     cdef Step step = new_step(_affine_step, sizeof(_AffineArgs),
                               total >= PARALLEL_MIN and N * groups * S > 1, keep)
@@ -122,6 +150,7 @@ cdef Step _affine_step_of(size_t x, size_t y, size_t scale, size_t shift, size_t
     a.y = <float*>y
     a.scale = <const float*>scale
     a.shift = <const float*>shift
+    a.center = <const float*>center
     a.mean = <const float*>mean
     a.var = <const float*>var
     a.epsilon = epsilon
@@ -135,19 +164,22 @@ cdef Step _affine_step_of(size_t x, size_t y, size_t scale, size_t shift, size_t
 
 
 def make_channel_affine_ndarray_step(size_t x, size_t scale, size_t shift, size_t y,
-                                     Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, keep=None):
-    """Step: y[n, c, s] = x[n, c, s] * scale[c] + shift[c]; x, y (N, C, S), y may be x."""
+                                     Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, keep=None,
+                                     size_t center=0):
+    """Step: y[n, c, s] = (x[n, c, s] - center[c]) * scale[c] + shift[c]; x, y (N, C, S),
+    y may be x; center 0 (no array): 0."""
     _check_sizes("channel_affine_ndarray", (N, C, S))
-    return _affine_step_of(x, y, scale, shift, 0, 0, 0, False, N, C, C, S, 1, keep)
+    return _affine_step_of(x, y, scale, shift, 0, 0, 0, False, N, C, C, S, 1, keep, center)
 
 
 def make_channel_affine_n16cx_step(size_t x, size_t scale, size_t shift, size_t y,
-                                   Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t S, keep=None):
-    """Step: as make_channel_affine_ndarray_step for x, y (N, blocks, S, 16); scale and
-    shift hold blocks * 16 values (C padded)."""
+                                   Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t S, keep=None,
+                                   size_t center=0):
+    """Step: as make_channel_affine_ndarray_step for x, y (N, blocks, S, 16); scale, shift
+    (and center) hold blocks * 16 values (C padded)."""
     _check_sizes("channel_affine_n16cx", (N, blocks, S))
     return _affine_step_of(x, y, scale, shift, 0, 0, 0, False, N, blocks, blocks * LANES, S,
-                           LANES, keep)
+                           LANES, keep, center)
 
 
 def make_batchnorm_ndarray_step(size_t x, size_t scale, size_t bias, size_t mean, size_t var,
@@ -171,18 +203,29 @@ def make_batchnorm_n16cx_step(size_t x, size_t scale, size_t bias, size_t mean, 
                            (C + LANES - 1) // LANES, C, S, LANES, keep)
 
 
+cdef size_t _center_addr(const float[::1] center, Py_ssize_t n) except? 0:
+    if center is None:
+        return 0
+    if center.shape[0] != n:
+        raise ValueError(f"center has {center.shape[0]} values: expected {n}")
+    return _addr(&center[0]) if n > 0 else 0
+
+
 def channel_affine_ndarray_fp32(const float[:, :, ::1] x, const float[::1] scale,
-                                const float[::1] shift, float[:, :, ::1] y, int num_threads):
-    """y[n, c, s] = x[n, c, s] * scale[c] + shift[c]; x, y (N, C, S)."""
+                                const float[::1] shift, float[:, :, ::1] y, int num_threads,
+                                const float[::1] center=None):
+    """y[n, c, s] = (x[n, c, s] - center[c]) * scale[c] + shift[c]; x, y (N, C, S)."""
     cdef Py_ssize_t N = x.shape[0], C = x.shape[1], S = x.shape[2]
     _check_same_shape3(x, y)
     if scale.shape[0] != C or shift.shape[0] != C:
         raise ValueError(f"scale, shift have {scale.shape[0]}, {shift.shape[0]} values: "
                          f"expected C = {C}")
+    cdef size_t c_addr = _center_addr(center, C)
     if N * C * S == 0:
         return
     run_steps([make_channel_affine_ndarray_step(_addr(&x[0, 0, 0]), _addr(&scale[0]),
-                                                _addr(&shift[0]), _addr(&y[0, 0, 0]), N, C, S)],
+                                                _addr(&shift[0]), _addr(&y[0, 0, 0]), N, C, S,
+                                                None, c_addr)],
               num_threads)
 
 
@@ -196,18 +239,21 @@ cdef int _check_blocked(const float[:, :, :, ::1] x, const float[:, :, :, ::1] y
 
 
 def channel_affine_n16cx_fp32(const float[:, :, :, ::1] x, const float[::1] scale,
-                              const float[::1] shift, float[:, :, :, ::1] y, int num_threads):
-    """y[n, c, s] = x[n, c, s] * scale[c] + shift[c]; x, y (N, C/16, S, 16), scale padded."""
+                              const float[::1] shift, float[:, :, :, ::1] y, int num_threads,
+                              const float[::1] center=None):
+    """y[n, c, s] = (x[n, c, s] - center[c]) * scale[c] + shift[c]; x, y (N, C/16, S, 16),
+    scale, shift (and center) padded."""
     cdef Py_ssize_t N = x.shape[0], blocks = x.shape[1], S = x.shape[2]
     _check_blocked(x, y)
     if scale.shape[0] != blocks * LANES or shift.shape[0] != blocks * LANES:
         raise ValueError(f"scale, shift have {scale.shape[0]}, {shift.shape[0]} values: "
                          f"expected {blocks * LANES} (C padded to a multiple of 16)")
+    cdef size_t c_addr = _center_addr(center, blocks * LANES)
     if N * blocks * S == 0:
         return
     run_steps([make_channel_affine_n16cx_step(_addr(&x[0, 0, 0, 0]), _addr(&scale[0]),
                                               _addr(&shift[0]), _addr(&y[0, 0, 0, 0]), N,
-                                              blocks, S)], num_threads)
+                                              blocks, S, None, c_addr)], num_threads)
 
 
 cdef int _check_bn_params(Py_ssize_t C, const float[::1] scale, const float[::1] bias,
@@ -428,13 +474,20 @@ def log_softmax_fp32(const float[:, :, ::1] x, float[:, :, ::1] y, int num_threa
 # ---------------------------------------------------------------------------------------
 # LRN (across channels).  A work item is a tile of pixels of one image, all channels; the
 # window sums of the tile go to the thread's own scratch rows first, so that y may be x.
+#
+# The fast path sums squares in float and raises d = bias + alpha / size * sum to -beta with
+# the vectorised exp and log, which hold for normal d only.  A tile where some d is not a
+# normal float (a square or sum that overflowed: |x| > ~1.8e19; an inf or NaN input; bias
+# <= 0, where d may be 0 or negative; a denormal d) is computed instead in double with
+# libm's pow, the spec's formula as written: huge inputs give their true finite result, an
+# inf input NaN at its own channel and 0 at its neighbours, a NaN input NaN in its window.
 
-cdef void _lrn_tile(const float* x, float* y, float* sums, Py_ssize_t C, Py_ssize_t S,
-                    Py_ssize_t w, int before, int after, float coef, float beta,
-                    float bias) noexcept nogil:
-    """LRN of w pixels (columns) of all C channels; x[c * S + j]."""
+cdef void _lrn_tile_double(const float* x, float* y, double* sums, Py_ssize_t C,
+                           Py_ssize_t S, Py_ssize_t w, int before, int after, double coef,
+                           double beta, double bias) noexcept nogil:
+    """_lrn_tile in double: every sum first (y may be x), then y."""
     cdef Py_ssize_t c, k, j, lo, hi
-    cdef float v, d, minus_beta = -beta
+    cdef double v
     for c in range(C):
         for j in range(w):
             sums[c * w + j] = 0
@@ -444,30 +497,56 @@ cdef void _lrn_tile(const float* x, float* y, float* sums, Py_ssize_t C, Py_ssiz
             for j in range(w):
                 v = x[k * S + j]
                 sums[c * w + j] += v * v
-    if bias > 0:
-        for c in range(C):
+    for c in range(C):
+        for j in range(w):
+            y[c * S + j] = <float>(x[c * S + j] / pow(bias + coef * sums[c * w + j], beta))
+
+
+cdef void _lrn_tile(const float* x, float* y, double* scratch, Py_ssize_t C, Py_ssize_t S,
+                    Py_ssize_t w, int before, int after, float coef, float beta,
+                    float bias, double coef_d) noexcept nogil:
+    """LRN of w pixels (columns) of all C channels; x[c * S + j].  scratch: C * w doubles
+    (the fast path uses its first C * w floats)."""
+    cdef float* sums = <float*>scratch
+    cdef Py_ssize_t c, k, j, lo, hi
+    cdef float v, d, minus_beta = -beta, lowest = FLT_MIN, highest = FLT_MAX
+    cdef int bad = 0
+    if bias <= 0:
+        _lrn_tile_double(x, y, scratch, C, S, w, before, after, coef_d, beta, bias)
+        return
+    for c in range(C):
+        for j in range(w):
+            sums[c * w + j] = 0
+        lo = max(0, c - before)
+        hi = min(C - 1, c + after)
+        for k in range(lo, hi + 1):
             for j in range(w):
-                # d ** -beta as exp(-beta * log(d)): powf does not vectorise; d >= bias > 0.
-                d = bias + coef * sums[c * w + j]
-                y[c * S + j] = x[c * S + j] * exp_fp32(minus_beta * log_fp32(d))
-    else:
-        # d may be 0 or negative: leave those cases to powf.
-        for c in range(C):
-            for j in range(w):
-                d = bias + coef * sums[c * w + j]
-                y[c * S + j] = x[c * S + j] / powf(d, beta)
+                v = x[k * S + j]
+                sums[c * w + j] += v * v
+    for c in range(C * w):
+        d = bias + coef * sums[c]
+        bad |= not (d >= lowest and d <= highest)  # false for NaN too
+    if bad:
+        _lrn_tile_double(x, y, scratch, C, S, w, before, after, coef_d, beta, bias)
+        return
+    for c in range(C):
+        for j in range(w):
+            # d ** -beta as exp(-beta * log(d)): powf does not vectorise; d is normal.
+            d = bias + coef * sums[c * w + j]
+            y[c * S + j] = x[c * S + j] * exp_fp32(minus_beta * log_fp32(d))
 
 
 cdef struct _LrnArgs:
     const float* x
     float* y
-    float* sums             # max_threads blocks of C * tile floats, one per thread
+    double* sums            # max_threads blocks of C * tile doubles, one per thread
     Py_ssize_t N, C, S
     Py_ssize_t tile         # pixels per item
     Py_ssize_t tiles        # items per image
     int max_threads         # team size the scratch was sized for
     int before, after
     float coef, beta, bias
+    double coef_d           # alpha / size in double, for the double path
 
 
 cdef void _lrn_step(const void* p, int tid, int nthreads) noexcept nogil:
@@ -483,7 +562,7 @@ cdef void _lrn_step(const void* p, int tid, int nthreads) noexcept nogil:
         j0 = (item % a.tiles) * a.tile
         off = image * a.C * a.S + j0
         _lrn_tile(a.x + off, a.y + off, a.sums + tid * a.C * a.tile, a.C, a.S,
-                  min(a.tile, a.S - j0), a.before, a.after, a.coef, a.beta, a.bias)
+                  min(a.tile, a.S - j0), a.before, a.after, a.coef, a.beta, a.bias, a.coef_d)
 
 
 def make_lrn_step(size_t x, size_t y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, int size,
@@ -499,8 +578,8 @@ def make_lrn_step(size_t x, size_t y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, 
     # Pixel tiles whose sums (C x tile floats) stay in L1/L2.
     cdef Py_ssize_t tile = min(S, max(LANES, (8192 // max(C, 1)) // LANES * LANES))
     tile = max(tile, 1)
-    sums = np.empty((team, C * tile), np.float32)
-    cdef float[:, ::1] sums_view = sums
+    sums = np.empty((team, C * tile), np.float64)
+    cdef double[:, ::1] sums_view = sums
     cdef Step step = new_step(_lrn_step, sizeof(_LrnArgs),
                               N * C * S >= PARALLEL_MIN and N * ((S + tile - 1) // tile) > 1,
                               sums)
@@ -517,6 +596,7 @@ def make_lrn_step(size_t x, size_t y, Py_ssize_t N, Py_ssize_t C, Py_ssize_t S, 
     a.before = (size - 1) // 2
     a.after = size // 2
     a.coef = alpha / size
+    a.coef_d = <double>alpha / size
     a.beta = beta
     a.bias = bias
     return step

@@ -21,23 +21,31 @@ class BatchNormalizationKernel(X86Kernel):
 
     Constant parameters (the usual case) are folded into a and b once, here, padded with
     zeros to whole 16-channel blocks; the raw inputs 1-4 are then released
-    (``packed_inputs``).  Parameters computed at run time need no pre-step: the step reads
+    (``packed_inputs``).  A channel whose a or b is not finite (var + epsilon == 0, an inf
+    or NaN statistic) keeps the spec's arithmetic instead, y = (x - mean) * a + B: +/-inf
+    for x != mean and NaN for x == mean, where x * inf + (B - mean * inf) is NaN for all x;
+    the step then subtracts a per-channel ``center`` (mean there, 0 elsewhere).  Parameters computed at run time need no pre-step: the step reads
     them where they live and folds each channel's a and b itself (C values, cheap beside
     the C * S pixels), so a node mixing constant and run-time parameters works too."""
 
     def __init__(self, op):
         super().__init__(op)
         params = [op.constant(i) for i in range(1, 5)]
-        self.scale = self.shift = None
+        self.scale = self.shift = self.center = None
         if all(p is not None for p in params):
             scale, bias, mean, var = (np.asarray(p, np.float32).reshape(-1) for p in params)
-            a = (scale / np.sqrt(var + np.float32(self.param.epsilon))).astype(np.float32)
-            b = (bias - mean * a).astype(np.float32)
+            with np.errstate(all="ignore"):  # var + epsilon == 0 and the like: see above
+                a = (scale / np.sqrt(var + np.float32(self.param.epsilon))).astype(np.float32)
+                b = (bias - mean * a).astype(np.float32)
+            exact = ~(np.isfinite(a) & np.isfinite(b))
             padded = -(-len(a) // LANES) * LANES
             self.scale = np.zeros(padded, np.float32)
             self.shift = np.zeros(padded, np.float32)
             self.scale[: len(a)] = a
-            self.shift[: len(b)] = b
+            self.shift[: len(b)] = np.where(exact, bias, b)
+            if exact.any():
+                self.center = np.zeros(padded, np.float32)
+                self.center[: len(a)] = np.where(exact, mean, 0)
             self.packed_inputs = (1, 2, 3, 4)
 
     def make_step(self, io):
@@ -48,13 +56,14 @@ class BatchNormalizationKernel(X86Kernel):
         n, c, s = _n_c_s(x.shape)
         blocked = x.shape.data_format is DataFormat.N16CX
         if self.scale is not None:
-            keep = (self.scale, self.shift)
-            scale, shift = (a.__array_interface__["data"][0] for a in keep)
+            keep = (self.scale, self.shift, self.center)
+            scale, shift = (a.__array_interface__["data"][0] for a in keep[:2])
+            center = 0 if self.center is None else self.center.__array_interface__["data"][0]
             if blocked:
                 return impl.make_channel_affine_n16cx_step(
-                    x.address, scale, shift, y.address, n, -(-c // LANES), s, keep)
+                    x.address, scale, shift, y.address, n, -(-c // LANES), s, keep, center)
             return impl.make_channel_affine_ndarray_step(x.address, scale, shift, y.address,
-                                                         n, c, s, keep)
+                                                         n, c, s, keep, center)
         params = io.inputs[1:5]
         for name, slot in zip(("scale", "B", "mean", "var"), params):
             array = slot.array
