@@ -76,7 +76,16 @@ def _per_channel(c, target):
 
 def channel_affine(graph, node, src, target):
     """(s, t), float64 vectors over the channels, with ``node(y) = s * y + t`` for ``y`` the
-    value ``src`` that ``target`` produces; None when ``node`` is not such a map."""
+    value ``src`` that ``target`` produces; None when ``node`` is not such a map, or when s or
+    t is not finite (var + epsilon = 0: folding inf into the weights would give NaN where the
+    spec's arithmetic gives +/-inf)."""
+    affine = _channel_affine(graph, node, src, target)
+    if affine is None or not (np.isfinite(affine[0]).all() and np.isfinite(affine[1]).all()):
+        return None
+    return affine
+
+
+def _channel_affine(graph, node, src, target):
     c = target.channels
     if node.op_type == "BatchNormalization":
         p = node.param
@@ -92,8 +101,9 @@ def channel_affine(graph, node, src, target):
         if len(stats) != 4 or not all(_is_float(v) and v.shape == (c,) for v in stats):
             return None
         scale, bias, mean, var = (v.astype(np.float64) for v in stats)
-        s = scale / np.sqrt(var + float(p.epsilon))
-        return s, bias - mean * s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = scale / np.sqrt(var + float(p.epsilon))
+            return s, bias - mean * s
     if len(node.inputs) != 2 or node.inputs.count(src) != 1:
         return None
     other = _const(graph, node.inputs[1 - node.inputs.index(src)])

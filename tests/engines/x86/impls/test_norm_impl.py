@@ -459,9 +459,6 @@ def test_lrn_op_on_huge_and_inf_inputs(isa):
     assert np.isfinite(got).sum() == got.size - 1
 
 
-@pytest.mark.xfail(strict=True, reason="pplpy/optimizer/passes/fold_into_conv.py folds a "
-                   "non-finite BN scale (var + epsilon == 0) into the Conv's weights: NaN "
-                   "where the spec gives +/-inf (channel_affine should return None then)")
 def test_conv_then_batchnorm_with_var_zero_epsilon_zero():
     import pplpy
     from onnx import numpy_helper
