@@ -17,9 +17,10 @@ from onnx_builders import FLOAT, make_model
 
 import pplpy
 
-fastapi = pytest.importorskip("fastapi", reason="the serving example needs fastapi")
-uvicorn = pytest.importorskip("uvicorn", reason="the serving example needs uvicorn")
-httpx = pytest.importorskip("httpx", reason="the serving test needs httpx")
+# fastapi, uvicorn and httpx are in the test extra: a missing install fails here, loudly.
+import fastapi  # noqa: E402
+import httpx  # noqa: E402
+import uvicorn  # noqa: E402
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "serving" / "app.py"
 REQUESTS = 200

@@ -18,6 +18,7 @@ the old ones are left for dead-code elimination.  Off when ``PassContext.fusion`
 (``pplnn --disable-fusion``, ``pplpy.load(fusion=False)``).
 """
 
+import abc
 import dataclasses
 from collections import Counter
 
@@ -141,7 +142,7 @@ def _target(graph, node, producers):
     return Target(node, None if dims is None else max(len(dims), 1), -1, weight.shape[1])
 
 
-class FoldAffine(RewriteRule):
+class FoldAffine(RewriteRule, abc.ABC):
     """Fold BatchNormalization / Mul / Add by per-channel constants into their producer."""
 
     op_types = AFFINE_OPS
@@ -194,9 +195,9 @@ class FoldAffine(RewriteRule):
             graph.topological_sort()
         return changes
 
+    @abc.abstractmethod
     def rewrite(self, graph, target, s, t):
         """(op_type, inputs, param) of the producer that computes ``s * y + t``, or None."""
-        raise NotImplementedError
 
 
 def _new_constant(graph, base, array, dtype):

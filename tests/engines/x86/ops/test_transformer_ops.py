@@ -183,13 +183,19 @@ def test_einsum_other_types(dtype, save_model):
 
 # -- QuantizeLinear / DequantizeLinear ---------------------------------------------------
 
+# Per-axis scales exist from opset 13, int16 from 21.
+QUANTIZE_CASES = [
+    pytest.param(opset, qtype, per_axis,
+                 id=f"opset{opset}-{TensorProto.DataType.Name(qtype)}-{'axis' if per_axis else 'tensor'}")
+    for opset in (10, 13, 19, 21, 23)
+    for qtype in (TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16)
+    for per_axis in (False, True)
+    if not (per_axis and opset < 13) and not (qtype == TensorProto.INT16 and opset < 21)]
+
+
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("opset", [10, 13, 19, 21, 23])
-@pytest.mark.parametrize("qtype", [TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16])
-@pytest.mark.parametrize("per_axis", [False, True])
+@pytest.mark.parametrize("opset, qtype, per_axis", QUANTIZE_CASES)
 def test_quantize_dequantize(opset, qtype, per_axis, isa, save_model):
-    if per_axis and opset < 13 or qtype == TensorProto.INT16 and opset < 21:
-        pytest.skip("per-axis scales from opset 13, int16 from 21")
     x = (_RNG.standard_normal((2, 3, 70, 5)) * 200).astype(np.float32)
     # Saturation (the reference overflows past int32, so no larger) and ties to even.
     x.flat[:4] = [1e6, -1e6, 2.5, -3.5]
