@@ -17,26 +17,10 @@ from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.canned import follow_input_format
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
-from pplpy.engines.x86.ops.onnx.pooling import WindowPoolOp, _physical
+from pplpy.engines.x86.ops.onnx.pooling import GlobalPoolKernel, WindowPoolOp, _physical
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.errors import ShapeError
 from pplpy.params.onnx import LpPoolParam, MaxUnpoolParam
-
-
-class GlobalMaxPoolKernel(X86Kernel):
-    """y[n, c] = max of x[n, c, ...]."""
-
-    def make_step(self, io):
-        if not self.has_work(io):
-            return None
-        impl = self.impl("pool_fp32")
-        x, y = io.inputs[0], io.outputs[0]
-        n, c, *spatial = x.shape.dims
-        size = math.prod(spatial)
-        if x.shape.data_format is DataFormat.N16CX:
-            return impl.make_global_maxpool_n16cx_step(x.address, y.address,
-                                                       n * _physical(x)[1], size)
-        return impl.make_global_maxpool_ndarray_step(x.address, y.address, n * c, size)
 
 
 @op("", "GlobalMaxPool", since=1)
@@ -55,7 +39,7 @@ class GlobalMaxPoolOp(X86OptKernel):
         return [tuple(shape[:2]) + (1,) * (len(shape) - 2)]
 
     def create_kernel(self):
-        return GlobalMaxPoolKernel(self)
+        return GlobalPoolKernel(self, "max")
 
 
 class LpPoolKernel(X86Kernel):

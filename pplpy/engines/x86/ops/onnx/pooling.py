@@ -67,8 +67,12 @@ class AveragePoolKernel(WindowPoolKernel):
                     w.pads_begin, w.pads_end, w.dilations, include_pad)
 
 
-class GlobalAveragePoolKernel(X86Kernel):
-    """y[n, c] = mean of x[n, c, ...]."""
+class GlobalPoolKernel(X86Kernel):
+    """y[n, c] = mean (kind "avg") or max (kind "max") of x[n, c, ...]."""
+
+    def __init__(self, op, kind):
+        super().__init__(op)
+        self.kind = kind
 
     def make_step(self, io):
         if not self.has_work(io):
@@ -78,9 +82,10 @@ class GlobalAveragePoolKernel(X86Kernel):
         n, c, *spatial = x.shape.dims
         size = math.prod(spatial)
         if x.shape.data_format is DataFormat.N16CX:
-            return impl.make_global_avgpool_n16cx_step(x.address, y.address,
-                                                       n * _physical(x)[1], size)
-        return impl.make_global_avgpool_ndarray_step(x.address, y.address, n * c, size)
+            make = getattr(impl, f"make_global_{self.kind}pool_n16cx_step")
+            return make(x.address, y.address, n * _physical(x)[1], size)
+        make = getattr(impl, f"make_global_{self.kind}pool_ndarray_step")
+        return make(x.address, y.address, n * c, size)
 
 
 class WindowPoolOp(X86OptKernel):
@@ -146,4 +151,4 @@ class GlobalAveragePoolOp(X86OptKernel):
         return [tuple(shape[:2]) + (1,) * (len(shape) - 2)]
 
     def create_kernel(self):
-        return GlobalAveragePoolKernel(self)
+        return GlobalPoolKernel(self, "avg")
