@@ -69,10 +69,12 @@ def check_case(wino, rng, n, ic, oc, h, w, pads, pads_end=None, bias=True, post_
     b = rng.standard_normal(oc, dtype=np.float32) if bias else None
     y, out_hw = run_wino(wino, x, wt, b, pads, pads_end, post_op, p0, p1, threads,
                          tiles_per_item)
-    ref = activation_ref(conv3x3_ref(x, wt, b, pads, out_hw), post_op, p0, p1)
-    # F(4x4, 3x3) loses a few bits more than a direct sum: its error grows with the output
-    # magnitude, about sqrt(9 * ic) here.
-    scale = np.sqrt(ic * 9) + 1
+    raw = conv3x3_ref(x, wt, b, pads, out_hw)
+    ref = activation_ref(raw, post_op, p0, p1)
+    # F(4x4, 3x3) loses a few bits more than a direct sum, in proportion to the output's
+    # magnitude before the post-op: at most 7e-6 x max|conv| over 12 seeds of every case on
+    # sse and avx512.
+    scale = np.abs(raw).max() + 1
     np.testing.assert_allclose(from_n16cx(y, oc), ref, rtol=1e-4, atol=2e-5 * scale)
 
 
@@ -90,9 +92,10 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
-def test_winograd_matches_reference(wino, case):
-    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+@pytest.mark.parametrize("index", range(len(CASES)), ids=str)
+def test_winograd_matches_reference(wino, index):
+    case = CASES[index]
+    rng = np.random.default_rng(index)  # fixed: hash(case) varies between processes (None)
     n, ic, oc, h, w, pads, pads_end = case
     check_case(wino, rng, n, ic, oc, h, w, pads, pads_end)
 
