@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def load(path, num_threads=None, max_isa=None, in_shapes=None, pipeline=None, fusion=True,
+def load(path, num_threads=None, max_isa=None, in_shapes=None, passes=None, fusion=True,
          plan_cache_size=8, cast_to_float32=False, mm_policy="mem"):
     """Parse, optimise and build the ONNX model at ``path``; return a ready Runtime.
 
@@ -50,7 +50,9 @@ def load(path, num_threads=None, max_isa=None, in_shapes=None, pipeline=None, fu
     ``max_isa`` caps the kernels' ISA ("avx512", "fma" or "sse"); ``in_shapes`` fixes free
     input dims at load (others stay symbolic: each new input shape gets a plan, and the last
     ``plan_cache_size`` plans are kept); ``fusion=False`` keeps activations as their own
-    steps; ``pipeline`` replaces the graph-rewrite passes (a list or a YAML file's entries);
+    steps; ``passes`` replaces the graph optimiser's pipeline (a YAML file's path or a list of
+    entries, see ``pplpy.optimizer.pass_manager``; ``pplpy.optimizer.DEFAULT_PIPELINE`` is
+    the default);
     ``cast_to_float32=True`` casts float64 / float16 inputs and weights to float32 at load
     (without it math on them is an UnsupportedOpError: pplpy computes in float32 and never
     casts silently); ``mm_policy`` is "mem" (values share one arena by lifetime) or "perf"
@@ -60,6 +62,6 @@ def load(path, num_threads=None, max_isa=None, in_shapes=None, pipeline=None, fu
     engine = X86Engine(max_isa=max_isa, num_threads=num_threads, fusion=fusion,
                        mm_policy=mm_policy)
     builder = RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
-                                       pipeline=pipeline, plan_cache_size=plan_cache_size,
+                                       passes=passes, plan_cache_size=plan_cache_size,
                                        cast_to_float32=cast_to_float32)
     return builder.create_runtime()

@@ -161,7 +161,7 @@ class InferenceSession:
             if level is not None and level >= 3:
                 warnings.simplefilter("ignore", PluginWarning)
             self._builder = RuntimeBuilder.from_onnx(
-                path_or_bytes, engines=[engine], pipeline=pipeline,
+                path_or_bytes, engines=[engine], passes=pipeline,
                 cast_to_float32=bool(getattr(options, "cast_to_float32", False)))
         self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) \
             else None

@@ -132,10 +132,10 @@ def test_custom_pass_pipeline_from_yaml(save_model, tmp_path):
     nodes = [helper.make_node("Identity", ["x"], ["i"]), helper.make_node("Relu", ["i"], ["y"])]
     path = save_model(make_model(nodes, [("x", FLOAT, [4])], [("y", FLOAT, None)]))
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text("- {pass: dead_code_elimination, mode: once}\n")
+    pipeline.write_text("- {pass: dead_code_elimination, convergence: once}\n")
     from pplpy.optimizer import load_pipeline
 
-    rt = pplpy.load(path, pipeline=load_pipeline(pipeline))
+    rt = pplpy.load(path, passes=load_pipeline(pipeline))
     assert [n.op_type for n in rt.graph.nodes] == ["Identity", "Relu"]  # identity kept
     assert [n.op_type for n in pplpy.load(path).graph.nodes] == ["Relu"]
     pipeline.write_text("- {pass: no_such_pass}\n")

@@ -1,12 +1,29 @@
 """The pass manager runs an explicit, ordered pipeline of passes.
 
-A pipeline is data: a list of ``(pass name, mode)`` where mode is "once" or
-"fixed_point" (repeat until the pass reports no change), as Glow's pass configs are.
-Users may supply their own pipeline as a YAML file::
+A pipeline is data, configured as Glow configures its graph optimiser (reference/001): a
+list of ``PassConfig`` entries, each naming a pass by its id and saying
 
-    - {pass: constant_to_initializer, mode: once}
-    - {pass: constant_folding, mode: fixed_point}
+- ``convergence``: "once", or "fixed_point" (repeat until the pass reports no change);
+- ``dce_after``: whether dead-code elimination runs right after it (a pass that bypasses
+  nodes leaves them unread; the next pass then sees exact reader counts);
+- ``modes``: the build modes the entry runs in: "fusion" (the default build) and/or
+  "no_fusion" (``pplnn --disable-fusion``, ``pplpy.load(fusion=False)``), so the passes that
+  merge layers can be left out of an unfused build without a second pipeline.
+
+The default pipeline is ``DEFAULT_PIPELINE``; users may give their own as YAML
+(``pplnn --passes p.yaml``, ``pplpy.load(..., passes="p.yaml")``)::
+
+    - {pass: constant_to_initializer}
+    - {pass: constant_folding, convergence: fixed_point, dce_after: true}
+    - {pass: fold_into_conv, convergence: fixed_point, modes: [fusion]}
+
+Every run of a pass is logged (``PassManager.log``: one ``PassRecord`` per entry, with
+rounds, changes, node counts and what the pass says it did), so ``pplnn --pass-log`` can
+say what each pass changed.
 """
+
+from collections import Counter
+from dataclasses import dataclass, field
 
 import yaml
 
@@ -33,74 +50,146 @@ PASSES = {
     )
 }
 
-DEFAULT_PIPELINE = (
-    # Constants first, so folding sees Constant nodes' values as graph constants.
-    ("constant_to_initializer", "once"),
-    ("remove_identity", "fixed_point"),
-    ("remove_inference_dropout", "once"),
-    # DCE before folding: never compute constants nobody reads.
-    ("dead_code_elimination", "once"),
-    ("constant_folding", "fixed_point"),
-    # After constant folding: weights and BatchNormalization statistics built by constant
-    # subgraphs are plain constants by now.  A fold can expose another (Conv-BN-Mul), hence
-    # fixed point.  Before the engine's post-op fusion, which then finds Conv -> Relu.
-    ("fold_into_conv", "fixed_point"),
-    ("fold_into_gemm", "fixed_point"),
-    # Folding leaves its inputs (shape constants, the weights replaced by folded ones)
-    # unread.
-    ("dead_code_elimination", "once"),
-)
-
+CONVERGENCE = ("once", "fixed_point")
+MODES = ("fusion", "no_fusion")
 MAX_FIXED_POINT_ROUNDS = 100
 
 
-def load_pipeline(path):
-    """Read a YAML pipeline: a list of {pass: name, mode: once|fixed_point}."""
+@dataclass(frozen=True)
+class PassConfig:
+    """One pipeline entry (Glow's FunctionPassConfig)."""
+
+    pass_id: str
+    convergence: str = "once"
+    dce_after: bool = False
+    modes: frozenset = frozenset(MODES)
+
+    def __post_init__(self):
+        if self.pass_id not in PASSES:
+            raise PplError(f"unknown pass {self.pass_id!r}; known passes: {sorted(PASSES)}")
+        if self.convergence not in CONVERGENCE:
+            raise PplError(f"pass {self.pass_id!r}: convergence must be 'once' or "
+                           f"'fixed_point', got {self.convergence!r}")
+        if not isinstance(self.dce_after, bool):
+            raise PplError(f"pass {self.pass_id!r}: dce_after must be true or false, got "
+                           f"{self.dce_after!r}")
+        modes = frozenset(self.modes)
+        unknown = sorted(modes - set(MODES))
+        if unknown or not modes:
+            raise PplError(f"pass {self.pass_id!r}: modes must be a non-empty list of "
+                           f"{', '.join(MODES)}; got {sorted(self.modes)!r}")
+        object.__setattr__(self, "modes", modes)
+
+
+def P(pass_id, convergence="once", dce_after=False, modes=MODES):  # noqa: N802 (a table row)
+    return PassConfig(pass_id, convergence, dce_after, frozenset(modes))
+
+
+DEFAULT_PIPELINE = (
+    # Constants first, so folding sees Constant nodes' values as graph constants.
+    P("constant_to_initializer"),
+    P("remove_identity", "fixed_point"),
+    # DCE before folding: never compute constants nobody reads.
+    P("remove_inference_dropout", dce_after=True),
+    P("constant_folding", "fixed_point", dce_after=True),
+    # After constant folding: weights and BatchNormalization statistics built by constant
+    # subgraphs are plain constants by now.  A fold can expose another (Conv-BN-Mul), hence
+    # fixed point.  Before the engine's post-op fusion, which then finds Conv -> Relu.
+    P("fold_into_conv", "fixed_point", modes=("fusion",)),
+    # Folding leaves its inputs (shape constants, the weights replaced by folded ones)
+    # unread.
+    P("fold_into_gemm", "fixed_point", dce_after=True, modes=("fusion",)),
+)
+
+
+def as_config(entry):
+    """A pipeline entry from a PassConfig, a (pass, convergence[, dce_after]) tuple or a
+    YAML-style dict {pass, convergence, dce_after, modes}."""
+    if isinstance(entry, PassConfig):
+        return entry
+    if isinstance(entry, str):
+        return PassConfig(entry)
+    if isinstance(entry, (tuple, list)) and 1 <= len(entry) <= 3:
+        return PassConfig(*entry)
+    if isinstance(entry, dict):
+        unknown = sorted(set(entry) - {"pass", "convergence", "dce_after", "modes"})
+        if "pass" not in entry or unknown:
+            raise PplError(f"pass pipeline entry {entry!r}: needs a 'pass' key and may have "
+                           f"'convergence', 'dce_after', 'modes'"
+                           + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+        modes = entry.get("modes", MODES)
+        if isinstance(modes, str):
+            modes = [modes]
+        return PassConfig(entry["pass"], entry.get("convergence", "once"),
+                          entry.get("dce_after", False), frozenset(modes))
+    raise PplError(f"pass pipeline entry {entry!r}: expected a pass id, a (pass, convergence"
+                   f"[, dce_after]) tuple or a {{pass, convergence, dce_after, modes}} mapping")
+
+
+def load_pipeline(source):
+    """A pipeline from a YAML file path, or from a list of entries (see ``as_config``)."""
+    if isinstance(source, (list, tuple)):
+        return tuple(as_config(e) for e in source)
     try:
-        with open(path) as f:
+        with open(source) as f:
             entries = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as exc:
-        raise PplError(f"cannot read pass pipeline {path!r}: {exc}") from exc
+        raise PplError(f"cannot read pass pipeline {str(source)!r}: {exc}") from exc
     if not isinstance(entries, list):
-        raise PplError(f"pass pipeline {path!r} must be a YAML list of {{pass, mode}} entries")
-    pipeline = []
-    for entry in entries:
-        if not isinstance(entry, dict) or "pass" not in entry:
-            raise PplError(f"pass pipeline {path!r}: entry {entry!r} needs a 'pass' key")
-        pipeline.append((entry["pass"], entry.get("mode", "once")))
-    check_pipeline(pipeline)
-    return tuple(pipeline)
+        raise PplError(f"pass pipeline {str(source)!r} must be a YAML list of entries like "
+                       f"{{pass: constant_folding, convergence: fixed_point}}")
+    return tuple(as_config(e) for e in entries)
 
 
-def check_pipeline(pipeline):
-    for name, mode in pipeline:
-        if name not in PASSES:
-            raise PplError(f"unknown pass {name!r}; known passes: {sorted(PASSES)}")
-        if mode not in ("once", "fixed_point"):
-            raise PplError(f"pass {name!r}: mode must be 'once' or 'fixed_point', got {mode!r}")
+@dataclass
+class PassRecord:
+    """What one pipeline entry did: rounds run, changes reported, nodes before and after,
+    and the pass's own account (``details``: e.g. {"folded Shape": 3})."""
+
+    pass_id: str
+    rounds: int = 0
+    changes: int = 0
+    nodes_before: int = 0
+    nodes_after: int = 0
+    details: Counter = field(default_factory=Counter)
+
+    def describe(self):
+        text = (f"{self.pass_id}: {self.changes} change(s) in {self.rounds} round(s), "
+                f"{self.nodes_before} -> {self.nodes_after} nodes")
+        if self.details:
+            text += "; " + ", ".join(f"{what} {n}" for what, n in sorted(self.details.items()))
+        return text
 
 
 class PassManager:
     def __init__(self, pipeline=DEFAULT_PIPELINE):
-        check_pipeline(pipeline)
-        self.pipeline = tuple(pipeline)
-        self.log = []  # (pass name, changes) per run, for --dump-graph and tests
-        # (pass name, {what: count}) per run of a pass that says what it changed (the folds:
-        # "BatchNormalization->Conv": 20).
-        self.details = []
+        self.pipeline = load_pipeline(pipeline)
+        self.log = []  # PassRecord per entry run, in order
 
-    def run(self, graph, ctx):
-        for name, mode in self.pipeline:
-            pass_ = PASSES[name]()
-            rounds = 0
-            while True:
-                changes = pass_.run(graph, ctx)
-                self.log.append((name, changes))
-                folded = getattr(pass_, "folded", None)
-                if changes and folded:
-                    self.details.append((name, dict(folded)))
-                    folded.clear()
-                rounds += 1
-                if mode == "once" or changes == 0 or rounds >= MAX_FIXED_POINT_ROUNDS:
-                    break
+    def run(self, graph, ctx, on_pass=None):
+        """Run every entry enabled in ``ctx``'s mode; ``on_pass(pass_id, graph)`` after
+        each.  Returns the graph."""
+        mode = "fusion" if ctx.fusion else "no_fusion"
+        for entry in self.pipeline:
+            if mode not in entry.modes:
+                continue
+            self._run_entry(entry.pass_id, entry.convergence, graph, ctx)
+            if entry.dce_after:
+                self._run_entry(DeadCodeElimination.name, "once", graph, ctx)
+            if on_pass is not None:
+                on_pass(entry.pass_id, graph)
         return graph
+
+    def _run_entry(self, pass_id, convergence, graph, ctx):
+        pass_ = PASSES[pass_id]()
+        record = PassRecord(pass_id, nodes_before=len(graph))
+        while True:
+            changes = pass_.run(graph, ctx)
+            record.rounds += 1
+            record.changes += changes
+            if convergence == "once" or changes == 0 or record.rounds >= MAX_FIXED_POINT_ROUNDS:
+                break
+        record.nodes_after = len(graph)
+        record.details.update(getattr(pass_, "details", None) or {})
+        self.log.append(record)
+        return record

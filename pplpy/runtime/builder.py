@@ -29,7 +29,7 @@ SHOWN_NODES = 3
 class RuntimeBuilder:
     """Builds once; ``create_runtime()`` makes runtimes sharing the packed weights."""
 
-    def __init__(self, graph, unparsed=(), engines=None, in_shapes=None, pipeline=None,
+    def __init__(self, graph, unparsed=(), engines=None, in_shapes=None, passes=None,
                  plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, on_pass=None):
         self.engines = list(engines) if engines else [X86Engine()]
         if len(self.engines) != 1 or not isinstance(self.engines[0], X86Engine):
@@ -39,7 +39,7 @@ class RuntimeBuilder:
         with guard("building the model", memory_error=ModelError):
             _check_supported(graph, unparsed, self.engine)
             dims = _build_dims(graph, in_shapes)
-            self.pass_manager = PassManager(DEFAULT_PIPELINE if pipeline is None else pipeline)
+            self.pass_manager = PassManager(DEFAULT_PIPELINE if passes is None else passes)
             self.result = self.engine.process(graph, dims, self.pass_manager, on_pass)
         self.graph = graph
         self._rebuild = None  # from_onnx: builds the variant with overridable initializers
@@ -47,7 +47,7 @@ class RuntimeBuilder:
         self._override_lock = threading.Lock()
 
     @classmethod
-    def from_onnx(cls, path, engines=None, in_shapes=None, pipeline=None,
+    def from_onnx(cls, path, engines=None, in_shapes=None, passes=None,
                   plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, on_pass=None, cast_to_float32=False):
         """Parse and build the ONNX model at ``path`` (a file path, or the model's bytes).
 
@@ -62,7 +62,7 @@ class RuntimeBuilder:
         load_plugins()
         with guard("reading the model", memory_error=ModelError):
             graph, unparsed = parse_model(load_model_proto(path), cast_to_float32)
-        builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, pipeline=pipeline,
+        builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, passes=passes,
                       plan_cache_size=plan_cache_size, on_pass=on_pass)
         if graph.overridable:
 
@@ -71,7 +71,7 @@ class RuntimeBuilder:
                     variant, skipped = parse_model(load_model_proto(path), cast_to_float32,
                                                    override_initializers=True)
                 return cls(variant, skipped, engines=engines, in_shapes=in_shapes,
-                           pipeline=pipeline, plan_cache_size=plan_cache_size)
+                           passes=passes, plan_cache_size=plan_cache_size)
 
             builder._rebuild = rebuild
         return builder

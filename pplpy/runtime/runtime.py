@@ -99,6 +99,12 @@ class Runtime:
         return self._result
 
     @property
+    def pass_log(self):
+        """What each graph-optimiser pass did, one line per pass run (see
+        ``pplpy.optimizer.PassRecord``)."""
+        return [record.describe() for record in self._result.pass_log]
+
+    @property
     def memory_bytes(self):
         """Arena bytes of the plan for the last input shapes (0 before the first run)."""
         return self._last.arena_bytes if self._last is not None else 0

@@ -23,6 +23,8 @@ prints (``--debug`` prints the traceback of any error).
 
     pplnn --list-ops                       # every op, its opsets and who provides it
     pplnn --profile-trace trace.json ...   # Chrome trace of the timed runs (Perfetto)
+    pplnn --list-passes                    # the graph optimiser's passes and default pipeline
+    pplnn --onnx-model m.onnx --passes p.yaml --pass-log --dump-graph all
 """
 
 import argparse
@@ -41,10 +43,11 @@ import numpy as np
 import pplpy
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.engines.x86.engine import MM_POLICIES
-from pplpy.engines.x86.pipeline import PASS_NAMES
+from pplpy.engines.x86.pipeline import OPTIMIZER_PREFIX, PASS_NAMES
 from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.errors import InternalError, PplError
+from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE, PASSES, load_pipeline
 from pplpy.plugins import ENTRY_POINT_GROUP, PluginWarning, failed_plugins, load_plugins
 
 PROG = "pplnn"
@@ -92,6 +95,9 @@ def build_parser():
     parser.add_argument("--list-ops", action="store_true",
                         help="list every operator pplpy can run, its opsets and the package "
                         "that provides it (pplpy or a plugin), then exit")
+    parser.add_argument("--list-passes", action="store_true",
+                        help="list the graph optimiser's passes and the default pipeline, "
+                        "then exit")
     model = parser.add_argument_group("model and inputs")
     model.add_argument("--onnx-model", metavar="PATH", help="the ONNX model to run")
     model.add_argument(
@@ -106,6 +112,10 @@ def build_parser():
     )
     model.add_argument("--seed", type=int, default=0,
                        help="seed of the random inputs used without --inputs (default 0)")
+    model.add_argument("--passes", metavar="YAML",
+                       help="the graph optimiser's pipeline as a YAML list of "
+                       "{pass, convergence, dce_after, modes} entries (default: "
+                       "pplpy.optimizer.DEFAULT_PIPELINE; --list-passes names the passes)")
     model.add_argument("--cast-to-float32", action="store_true",
                        help="cast float64/float16 inputs and weights to float32 at load "
                        "(without it such a model is refused: pplpy computes in float32)")
@@ -120,8 +130,12 @@ def build_parser():
     out.add_argument("--dump-graph", nargs="?", const="final", default=None, metavar="PASS",
                      help="print the graph as the engine built it: nodes in run order, "
                      "value shapes and formats, inserted Reorder nodes, fused post-ops; with "
-                     "PASS, the graph after that engine pass instead (one of: "
-                     f"{', '.join(PASS_NAMES)})")
+                     "PASS, the graph after that pass instead: an engine pass (one of: "
+                     f"{', '.join(PASS_NAMES)}), a graph-optimiser pass as optimizer:<id>, "
+                     "or 'all' for the graph after every pass")
+    out.add_argument("--pass-log", action="store_true",
+                     help="print what each graph-optimiser pass changed (rounds, changes, "
+                     "nodes before and after, what it folded or fused)")
 
     timing = parser.add_argument_group("timing")
     timing.add_argument("--warmup-iterations", type=_count, default=None, metavar="N",
@@ -311,6 +325,33 @@ def _stats(array):
 # -- graph dump ---------------------------------------------------------------------------
 
 
+def format_pass_list():
+    """Every registered pass with its docstring's first line, then the default pipeline."""
+    lines = ["graph optimiser passes:"]
+    width = max(len(name) for name in PASSES)
+    for name, cls in sorted(PASSES.items()):
+        doc = " ".join((cls.__doc__ or "").split())
+        first = re.split(r"(?<=[.;])\s+(?=[A-Z])", doc)[0].rstrip(".;")
+        lines.append(f"  {name.ljust(width)}  {first}")
+    lines.append("default pipeline (pass, convergence, dce_after, modes):")
+    for entry in DEFAULT_PIPELINE:
+        lines.append(f"  {entry.pass_id.ljust(width)}  {entry.convergence:<11}  "
+                     f"{str(entry.dce_after).lower():<5}  {', '.join(sorted(entry.modes))}")
+    return "\n".join(lines)
+
+
+def check_dump_pass(name, passes):
+    """--dump-graph PASS names an engine pass, optimizer:<id> of a pass in the pipeline, or
+    all."""
+    pipeline = passes if passes is not None else DEFAULT_PIPELINE
+    optimizer = [f"{OPTIMIZER_PREFIX}{entry.pass_id}" for entry in pipeline]
+    if name == "all" or name in PASS_NAMES or name in optimizer:
+        return
+    raise CliError(f"--dump-graph: unknown pass {name!r}; choose 'all', one of "
+                   f"{', '.join(PASS_NAMES)}, or one of the pipeline's "
+                   f"{', '.join(dict.fromkeys(optimizer))}")
+
+
 def is_inserted_reorder(node):
     return node.domain == REORDER_DOMAIN and node.op_type == "Reorder"
 
@@ -463,6 +504,9 @@ def _run(argv):
             load_plugins()
         print(format_op_list())
         return 0
+    if args.list_passes:
+        print(format_pass_list())
+        return 0
     if args.profile_trace is not None:
         args.enable_profiling = True
         folder = os.path.dirname(os.path.abspath(args.profile_trace))
@@ -480,14 +524,13 @@ def _run(argv):
             raise CliError(f'--onnx-model: "{path}" does not exist or is not a file')
 
     cap = isa_cap(args)
+    passes = load_pipeline(args.passes) if args.passes is not None else None
     dumps = []
     if args.dump_graph not in (None, "final"):
-        if args.dump_graph not in PASS_NAMES:
-            raise CliError(f"--dump-graph: unknown pass {args.dump_graph!r}; choose one of "
-                           f"{', '.join(PASS_NAMES)}")
+        check_dump_pass(args.dump_graph, passes)
 
         def on_pass(name, state):
-            if name == args.dump_graph:
+            if args.dump_graph in ("all", name):
                 dumps.append(format_graph(state.graph, state.ops, title=f"after pass {name}",
                                           kernels=getattr(state, "kernels", None)))
     else:
@@ -495,7 +538,7 @@ def _run(argv):
     engine = pplpy.X86Engine(max_isa=cap, num_threads=args.num_threads,
                              fusion=not args.disable_fusion, mm_policy=args.mm_policy)
     builder = pplpy.RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
-                                             on_pass=on_pass,
+                                             on_pass=on_pass, passes=passes,
                                              cast_to_float32=args.cast_to_float32)
     rt = builder.create_runtime()
     options = rt.result.options
@@ -538,6 +581,10 @@ def _run(argv):
         print(format_graph(rt.graph, rt.result.ops, rt.tensor_shapes(), kernels=rt.result.kernels))
     for dump in dumps:
         print(dump)
+    if args.pass_log:
+        print("graph optimiser passes:")
+        for line in rt.pass_log:
+            print(f"  {line}")
 
     iterations = args.min_profiling_iterations or 0
     if args.enable_profiling or iterations > 0:

@@ -499,3 +499,48 @@ def test_mm_policy_flag(capsys, small_model):
         assert status == 0 and "memory: weights" in out
     status, _, err = run_cli(capsys, "--onnx-model", small_model, "--mm-policy", "fast")
     assert status == 2
+
+
+# -- the graph optimiser's pipeline --------------------------------------------------------
+
+
+def test_list_passes_names_every_pass_and_the_default_pipeline(capsys):
+    from pplpy.optimizer import DEFAULT_PIPELINE, PASSES
+
+    status, out, _ = run_cli(capsys, "--list-passes")
+    assert status == 0
+    for name in PASSES:
+        assert re.search(rf"^  {name}\s+\S", out, re.M), name
+    pipeline = out.split("default pipeline")[1]
+    assert [line.split()[0] for line in pipeline.splitlines()[1:]] == \
+        [entry.pass_id for entry in DEFAULT_PIPELINE]
+
+
+def test_passes_yaml_pass_log_and_dump_after_every_pass(capsys, small_model, tmp_path):
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text("- {pass: dead_code_elimination}\n")
+    status, out, _ = run_cli(capsys, "--onnx-model", small_model, "--passes", yaml,
+                             "--pass-log", "--dump-graph", "all")
+    assert status == 0
+    assert "after pass optimizer:dead_code_elimination" in out
+    assert "after pass select_formats" in out and "after pass release_raw_weights" in out
+    log = out.split("graph optimiser passes:\n")[1].splitlines()
+    assert log[0].startswith("  dead_code_elimination: 0 change(s) in 1 round(s)")
+    assert len([line for line in log if line.startswith("  ") and ": " in line]) == 1
+
+
+def test_dump_graph_after_one_optimizer_pass(capsys, small_model):
+    status, out, _ = run_cli(capsys, "--onnx-model", small_model, "--dump-graph",
+                             "optimizer:constant_folding")
+    assert status == 0
+    assert out.count("after pass ") == 1 and "after pass optimizer:constant_folding" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dump-graph", "optimizer:cse_nope"], "unknown pass 'optimizer:cse_nope'"),
+    (["--passes", "missing.yaml"], "cannot read pass pipeline"),
+])
+def test_bad_pass_options_are_one_line_errors(capsys, small_model, argv, message):
+    status, out, err = run_cli(capsys, "--onnx-model", small_model, *argv)
+    assert status == 2
+    assert message in err and "Traceback" not in err

@@ -54,6 +54,7 @@ class EngineResult:
     options: EngineOptions
     log: list
     released: dict  # constant -> bytes of raw weight released after packing
+    pass_log: list = ()  # optimizer.PassRecord per graph-optimiser pass run
 
     @property
     def weight_bytes(self):
@@ -126,7 +127,7 @@ class X86Engine:
         state = EngineState(self, graph, input_dims, pass_manager)
         run_pipeline(state, on_pass)
         return EngineResult(graph, state.ops, state.kernels, self.options, state.log,
-                            state.released)
+                            state.released, list(pass_manager.log))
 
     # -- build-time computation ----------------------------------------------------------
 

@@ -19,6 +19,8 @@ from pplpy.optimizer import PassContext
 # Free input dims take these values while shapes are inferred at build time; a dim that
 # changes between the two inferences depends on a free dim (see inference.symbolic_dims).
 PROBE_DIMS = (64, 65)
+# ``on_pass`` names the graph optimiser's passes (run inside graph_rewrites) "optimizer:<id>".
+OPTIMIZER_PREFIX = "optimizer:"
 
 
 @dataclass
@@ -35,6 +37,7 @@ class EngineState:
     log: list = field(default_factory=list)  # (pass name, summary)
     released: dict = field(default_factory=dict)  # constant -> bytes dropped after packing
     rewrites: int = 0  # changes the graph rewrites made
+    on_pass: object = None  # on_pass(name, state) after every pass (pplnn --dump-graph)
 
 
 def create_op_contexts(state):
@@ -96,10 +99,14 @@ def graph_rewrites(state):
     before = len(state.graph)
     pm = state.pass_manager
     start = len(pm.log)
+    on_pass = None
+    if state.on_pass is not None:
+        def on_pass(pass_id, graph):
+            state.on_pass(f"{OPTIMIZER_PREFIX}{pass_id}", state)
     pm.run(state.graph, PassContext(evaluate=state.engine.evaluate,
                                     is_deterministic=state.engine.is_deterministic,
-                                    fusion=state.engine.options.fusion))
-    state.rewrites = sum(changes for _, changes in pm.log[start:])
+                                    fusion=state.engine.options.fusion), on_pass)
+    state.rewrites = sum(record.changes for record in pm.log[start:])
     return f"{state.rewrites} changes, {before} -> {len(state.graph)} nodes"
 
 
@@ -180,7 +187,9 @@ PASS_NAMES = tuple(name for name, _ in PIPELINE)
 
 
 def run_pipeline(state, on_pass=None):
-    """Run every pass in order; ``on_pass(name, state)`` is called after each."""
+    """Run every pass in order; ``on_pass(name, state)`` is called after each, and after
+    each graph-optimiser pass inside graph_rewrites (named "optimizer:<pass id>")."""
+    state.on_pass = on_pass
     for name, run in PIPELINE:
         state.log.append((name, run(state)))
         if on_pass is not None:

@@ -5,11 +5,18 @@ The light model-zoo networks build their weights with ConstantOfShape from const
 folding turns them into plain weights that Conv can pack.
 """
 
+from collections import Counter
+
 from pplpy.optimizer.pass_base import GraphPass
 
 
 class ConstantFolding(GraphPass):
+    """A node whose inputs are all constants is computed now; its outputs become constants."""
+
     name = "constant_folding"
+
+    def __init__(self):
+        self.details = Counter()  # "folded Shape" -> count, for the pass log
 
     def run(self, graph, ctx):
         if ctx.evaluate is None:
@@ -32,5 +39,6 @@ class ConstantFolding(GraphPass):
                 if name:
                     graph.add_constant(name, value)
             graph.remove_nodes([node])
+            self.details[f"folded {node.op_type}"] += 1
             changes += 1
         return changes

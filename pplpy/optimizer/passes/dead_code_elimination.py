@@ -9,6 +9,8 @@ from pplpy.optimizer.pass_base import GraphPass
 
 
 class DeadCodeElimination(GraphPass):
+    """Nodes whose outputs nobody reads, and unread constants, are removed."""
+
     name = "dead_code_elimination"
 
     def run(self, graph, ctx):

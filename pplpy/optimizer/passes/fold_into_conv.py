@@ -14,8 +14,9 @@ and a shift turns a 2-D MatMul into a Gemm with that bias (otherwise the shift s
     MatMul(A, B)    -> Add(c), A 2-D                         ==>  Gemm(A, B, c)
 
 New weights are new graph constants, computed in float64 and stored in the weights' type;
-the old ones are left for dead-code elimination.  Off when ``PassContext.fusion`` is False
-(``pplnn --disable-fusion``, ``pplpy.load(fusion=False)``).
+the old ones are left for dead-code elimination.  The default pipeline runs these passes in
+the "fusion" mode only, so ``pplnn --disable-fusion`` / ``pplpy.load(fusion=False)`` keeps
+the layers apart.
 """
 
 import abc
@@ -149,12 +150,10 @@ class FoldAffine(RewriteRule, abc.ABC):
     producers = frozenset()
 
     def __init__(self):
-        self.folded = Counter()  # "BatchNormalization->Conv" -> count, for the pass log
+        self.details = Counter()  # "BatchNormalization->Conv" -> count, for the pass log
         self._appended = False
 
     def condition(self, graph, node, ctx):
-        if not getattr(ctx, "fusion", True):
-            return False
         for src in node.inputs[:2]:
             target = _target(graph, graph.producer(src), self.producers)
             if target is not None and _single_reader(graph, src, node):
@@ -172,7 +171,7 @@ class FoldAffine(RewriteRule, abc.ABC):
             return False
         op_type, inputs, param = rewrite
         producer = target.node
-        self.folded[f"{node.op_type}->{op_type}"] += 1
+        self.details[f"{node.op_type}->{op_type}"] += 1
         out = node.outputs[0]
         graph.remove_node(node)
         if op_type == producer.op_type and param is producer.param and len(inputs) == len(

@@ -28,10 +28,10 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def check(tmp_path, model, feeds, isa, pipeline=None, num_threads=1):
+def check(tmp_path, model, feeds, isa, passes=None, num_threads=1):
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    rt = pplpy.load(str(path), max_isa=isa, pipeline=pipeline, num_threads=num_threads)
+    rt = pplpy.load(str(path), max_isa=isa, passes=passes, num_threads=num_threads)
     got = rt.run(feeds)
     want = ReferenceEvaluator(model).run(None, feeds)
     for name, expected in zip(got, want):
@@ -110,7 +110,7 @@ def test_gather_scalar_constant_index(tmp_path, isa, axis, index):
     model = make_model([helper.make_node("Gather", ["data", "idx"], ["y"], axis=axis)],
                        [vi("data", np.float32, data.shape)], [vi("y", np.float32, None)],
                        [("idx", np.array(index, np.int64))])
-    check(tmp_path, model, {"data": data}, isa, pipeline=NO_FOLDING)
+    check(tmp_path, model, {"data": data}, isa, passes=NO_FOLDING)
 
 
 @pytest.mark.parametrize("num_threads", [1, 2])
@@ -119,7 +119,7 @@ def test_gather_constant_indices_big(tmp_path, isa, num_threads):
     model = make_model([helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)],
                        [vi("data", np.float32, data.shape)], [vi("y", np.float32, None)],
                        [("idx", np.array([63, 0, -1, 5] * 10, np.int64))])
-    check(tmp_path, model, {"data": data}, isa, pipeline=NO_FOLDING, num_threads=num_threads)
+    check(tmp_path, model, {"data": data}, isa, passes=NO_FOLDING, num_threads=num_threads)
 
 
 def test_gather_out_of_range_constant_index_is_an_error(tmp_path, isa):
@@ -130,7 +130,7 @@ def test_gather_out_of_range_constant_index_is_an_error(tmp_path, isa):
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
     with pytest.raises(pplpy.PplError, match=r'bad_gather.*index 3 is out of range'):
-        rt = pplpy.load(str(path), max_isa=isa, pipeline=NO_FOLDING)
+        rt = pplpy.load(str(path), max_isa=isa, passes=NO_FOLDING)
         rt.run({"data": np.zeros((2, 3), np.float32)})
 
 
@@ -170,7 +170,7 @@ def test_squeeze(tmp_path, isa, axes, opset):
                                                              {"axes": axes}))
     model = make_model([node], [vi("x", np.float32, x.shape)], [vi("y", np.float32, None)],
                        inits, opset=opset)
-    check(tmp_path, model, {"x": x}, isa, pipeline=NO_FOLDING)
+    check(tmp_path, model, {"x": x}, isa, passes=NO_FOLDING)
 
 
 # -- Slice ---------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_slice_10(tmp_path, isa, starts, ends, axes, steps, index_dtype, num_thr
         inits.append(("steps", np.array(steps, index_dtype)))
     model = make_model([helper.make_node("Slice", names, ["y"])], [vi("x", np.int64, x.shape)],
                        [vi("y", np.int64, None)], inits, opset=13)
-    check(tmp_path, model, {"x": x}, isa, pipeline=NO_FOLDING, num_threads=num_threads)
+    check(tmp_path, model, {"x": x}, isa, passes=NO_FOLDING, num_threads=num_threads)
 
 
 @pytest.mark.parametrize("starts, ends, axes", [([1], [3], [0]), ([0, -3], [2, 1000], None),
@@ -256,7 +256,7 @@ def test_pytorch_flatten_subgraph_at_several_batch_sizes(tmp_path, isa, pipeline
     model = pytorch_flatten_model()
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    rt = pplpy.load(str(path), max_isa=isa, pipeline=pipeline)
+    rt = pplpy.load(str(path), max_isa=isa, passes=pipeline)
     reference = ReferenceEvaluator(model)
     for batch in (1, 3, 5):
         x = random_array((batch, 3, 4, 5), np.float32)

@@ -37,7 +37,7 @@ def model_of(nodes, feeds, outputs, initializers=(), opset=18):
 def check(tmp_path, model, feeds, isa, num_threads=1):
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    rt = pplpy.load(str(path), max_isa=isa, pipeline=NO_FOLDING, num_threads=num_threads)
+    rt = pplpy.load(str(path), max_isa=isa, passes=NO_FOLDING, num_threads=num_threads)
     got = rt.run(feeds)
     want = ReferenceEvaluator(model).run(None, feeds)
     for name, expected in zip(rt.output_names, want):
@@ -200,7 +200,7 @@ def test_channel_split_n16cx(tmp_path, isa, split, blocked):
 def load(tmp_path, model, **kw):
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
-    return pplpy.load(str(path), pipeline=NO_FOLDING, **kw)
+    return pplpy.load(str(path), passes=NO_FOLDING, **kw)
 
 
 def test_nonzero_of_a_computed_tensor_is_unsupported(tmp_path):

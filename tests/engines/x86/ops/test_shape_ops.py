@@ -38,12 +38,12 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def check(tmp_path, model, feeds, isa, pipeline=None, in_shapes=None, want=None):
+def check(tmp_path, model, feeds, isa, passes=None, in_shapes=None, want=None):
     """Run ``model`` with pplpy and the reference (or the outputs ``want``); assert identical
     outputs.  Returns the Runtime for further checks."""
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    rt = pplpy.load(str(path), max_isa=isa, pipeline=pipeline, in_shapes=in_shapes)
+    rt = pplpy.load(str(path), max_isa=isa, passes=passes, in_shapes=in_shapes)
     got = rt.run(feeds)
     if want is None:
         want = ReferenceEvaluator(model).run(None, feeds)
@@ -342,7 +342,7 @@ def test_identity_chain_without_passes(tmp_path, isa):
         [value_info("x", x)],
         [value_info("y", x.dtype, None)],
     )
-    check(tmp_path, model, {"x": x}, isa, pipeline=NO_FOLDING)
+    check(tmp_path, model, {"x": x}, isa, passes=NO_FOLDING)
 
 
 # -- Dropout -------------------------------------------------------------------------------
@@ -393,7 +393,7 @@ def test_dropout_mask_consumed_and_not_folded(tmp_path, isa):
         [value_info("y", np.bool_, None), value_info("z", x.dtype, None)],
         opset=12,
     )
-    check(tmp_path, model, {"x": x}, isa, pipeline=NO_FOLDING)
+    check(tmp_path, model, {"x": x}, isa, passes=NO_FOLDING)
 
 
 def test_dropout_opset10_mask_is_bool(tmp_path, isa):
@@ -469,7 +469,7 @@ def test_constant(tmp_path, isa, attribute, pipeline):
     model = make_model(
         [helper.make_node("Constant", [], ["c"], **attrs)], [], [value_info("c", expected.dtype)]
     )
-    rt = check(tmp_path, model, {}, isa, pipeline=pipeline)
+    rt = check(tmp_path, model, {}, isa, passes=pipeline)
     if pipeline is NO_FOLDING:
         assert [node.op_type for node in rt.graph.nodes] == ["Constant"]
 
