@@ -4,18 +4,30 @@ A ``RewriteRule`` (after ONNX Runtime's) names the op types it targets, has a ch
 ``condition`` and an ``apply`` that edits the graph and says whether it changed anything.
 A ``GraphPass`` works on the whole graph at once (dead-code elimination) and returns the
 number of changes.  Both run through the PassManager.
+
+Rules never change a node's ``param`` in place: the engine made each node's op context
+before the rewrites, from the param it had then.  A rule that needs other attributes removes
+the node and adds a new one (``passes/queries.new_node``).  New nodes may be appended
+anywhere: the pass manager sorts the graph after every pass that changed it.
 """
 
 
 class PassContext:
     """What passes may use besides the graph: ``evaluate(node, inputs) -> outputs`` runs a
-    node on constant inputs with an engine's kernels (None disables folding); ``fusion``
-    False turns off the rewrites that merge layers (pplnn --disable-fusion)."""
+    node on constant inputs with an engine's kernels (None disables folding);
+    ``is_deterministic(node)`` is False for random ops; ``fusion`` False marks a build that
+    keeps layers apart (pplnn --disable-fusion); ``supports(domain, op_type, opset)`` says
+    whether the engine runs an op a rewrite would create (None: only standard ONNX ops
+    that the graph already uses are safe to create)."""
 
-    def __init__(self, evaluate=None, is_deterministic=None, fusion=True):
+    def __init__(self, evaluate=None, is_deterministic=None, fusion=True, supports=None):
         self.evaluate = evaluate
         self.is_deterministic = is_deterministic  # node -> False for random ops
         self.fusion = fusion
+        self.supports = supports
+
+    def can_create(self, domain, op_type, opset):
+        return self.supports is not None and bool(self.supports(domain, op_type, opset))
 
 
 class RewriteRule:

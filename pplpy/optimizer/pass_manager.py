@@ -33,9 +33,17 @@ from pplpy.optimizer.passes.basic_rules import (
     RemoveIdentity,
     RemoveInferenceDropout,
 )
+from pplpy.optimizer.passes.channel_shuffle import RecognizeChannelShuffle
+from pplpy.optimizer.passes.concat import OptimizeConcats
 from pplpy.optimizer.passes.constant_folding import ConstantFolding
+from pplpy.optimizer.passes.cse import CommonSubexpressionElimination
 from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
-from pplpy.optimizer.passes.fold_into_conv import FoldIntoConv, FoldIntoGemm
+from pplpy.optimizer.passes.expand_to_broadcast import ExpandToBroadcast
+from pplpy.optimizer.passes.fold_into_conv import FoldIntoBatchNorm, FoldIntoConv, FoldIntoGemm
+from pplpy.optimizer.passes.reduce_mean_to_pool import ReduceMeanToGlobalPool
+from pplpy.optimizer.passes.relu_maxpool import SwapReluMaxPool
+from pplpy.optimizer.passes.reshape_cast_chains import MergeReshapes, SimplifyCasts
+from pplpy.optimizer.passes.transposes import OptimizeTransposes, SinkTransposes
 
 PASSES = {
     cls.name: cls
@@ -45,6 +53,17 @@ PASSES = {
         RemoveInferenceDropout,
         DeadCodeElimination,
         ConstantFolding,
+        CommonSubexpressionElimination,
+        SimplifyCasts,
+        MergeReshapes,
+        ExpandToBroadcast,
+        SinkTransposes,
+        OptimizeTransposes,
+        OptimizeConcats,
+        ReduceMeanToGlobalPool,
+        SwapReluMaxPool,
+        RecognizeChannelShuffle,
+        FoldIntoBatchNorm,
         FoldIntoConv,
         FoldIntoGemm,
     )
@@ -92,6 +111,21 @@ DEFAULT_PIPELINE = (
     # DCE before folding: never compute constants nobody reads.
     P("remove_inference_dropout", dce_after=True),
     P("constant_folding", "fixed_point", dce_after=True),
+    # Glow's graph passes.  CSE after folding (equal constants are folded by then) and
+    # before the rules that look for single readers (a duplicate is a second reader).
+    P("cse", dce_after=True),
+    P("simplify_casts", "fixed_point"),
+    P("merge_reshapes", "fixed_point"),
+    P("expand_to_broadcast", "fixed_point", dce_after=True),
+    # Sinking brings transposes together; combining then cancels them.
+    P("sink_transposes", "fixed_point"),
+    P("optimize_transposes", "fixed_point", dce_after=True),
+    P("optimize_concats", "fixed_point", dce_after=True),
+    P("reduce_mean_to_global_pool"),
+    P("swap_relu_maxpool"),
+    # oneDNN Graph-style recognition of multi-node spellings as one op (reference/004).
+    P("recognize_channel_shuffle", dce_after=True),
+    P("fold_into_batchnorm", "fixed_point", modes=("fusion",)),
     # After constant folding: weights and BatchNormalization statistics built by constant
     # subgraphs are plain constants by now.  A fold can expose another (Conv-BN-Mul), hence
     # fixed point.  Before the engine's post-op fusion, which then finds Conv -> Relu.
@@ -189,6 +223,8 @@ class PassManager:
             record.changes += changes
             if convergence == "once" or changes == 0 or record.rounds >= MAX_FIXED_POINT_ROUNDS:
                 break
+        if record.changes:
+            graph.topological_sort()  # rewrites append their new nodes at the end
         record.nodes_after = len(graph)
         record.details.update(getattr(pass_, "details", None) or {})
         self.log.append(record)

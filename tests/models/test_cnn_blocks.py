@@ -62,19 +62,18 @@ def test_mobilenetv3_block_no_reorder_between_convs(channels, expand, squeeze, s
 @pytest.mark.parametrize("split", ["split", "slice"])
 @pytest.mark.parametrize("channels", [48, 64, 116])
 def test_shufflenetv2_block(split, channels, isa):
-    """Runs and matches.  The branch convolutions stay in N16CX; the channel shuffle
-    (a 5-D Reshape/Transpose) runs in NDARRAY, so reorders remain around it."""
+    """Runs and matches, in N16CX from the first convolution to the last: the channel split
+    (Split or two Slices, at 24, 32 or 58 channels: inside a block or not), the Concat and
+    the channel shuffle (recognised as one pplpy::ChannelShuffle) stay blocked, so the only
+    reorders are at the graph's input and output."""
     model = gb.shufflenetv2_block(split=split, channels=channels)
     rt = run_and_compare(model, (1, channels, 14, 14), isa)
-    convs = [n for n in rt.graph.nodes if n.op_type == "Conv"]
-    assert all(rt.formats[n.outputs[0]] is DataFormat.N16CX for n in convs)
-    # Within a branch (1x1 -> depthwise 3x3 -> 1x1) no reorder between the convolutions.
-    producers = {o: n for n in rt.graph.nodes for o in n.outputs}
-    for conv in convs:
-        source = producers.get(conv.inputs[0])
-        if source is not None and source.op_type == "Reorder":
-            assert producers.get(source.inputs[0]) is None or \
-                producers[source.inputs[0]].op_type != "Conv", conv.name
+    ops = [n.op_type for n in rt.graph.nodes]
+    assert ops.count("ChannelShuffle") == 2 and "Transpose" not in ops
+    assert inner_reorders(rt) == []
+    assert all(rt.formats[o] is DataFormat.N16CX for n in rt.graph.nodes
+               if n.op_type in ("Conv", "Split", "Slice", "Concat", "ChannelShuffle")
+               for o in n.outputs)
 
 
 def test_shufflenetv2_split_on_block_boundary_stays_blocked():

@@ -106,6 +106,11 @@ class X86Engine:
     def supports(self, node):
         return find_op(node.domain, node.op_type, node.opset) is not None
 
+    def supports_op(self, domain, op_type, opset):
+        """Whether an op (domain, op_type) at ``opset`` is registered: what the graph
+        optimiser asks before it writes a node of it."""
+        return find_op(domain, op_type, opset) is not None
+
     def is_deterministic(self, node):
         """False for ops whose outputs are not a function of their inputs (random ops)."""
         cls = find_op(node.domain, node.op_type, node.opset)

@@ -105,7 +105,8 @@ def graph_rewrites(state):
             state.on_pass(f"{OPTIMIZER_PREFIX}{pass_id}", state)
     pm.run(state.graph, PassContext(evaluate=state.engine.evaluate,
                                     is_deterministic=state.engine.is_deterministic,
-                                    fusion=state.engine.options.fusion), on_pass)
+                                    fusion=state.engine.options.fusion,
+                                    supports=state.engine.supports_op), on_pass)
     state.rewrites = sum(record.changes for record in pm.log[start:])
     return f"{state.rewrites} changes, {before} -> {len(state.graph)} nodes"
 

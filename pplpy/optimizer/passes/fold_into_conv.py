@@ -1,7 +1,7 @@
 """Folding per-channel affine ops into the weights of the Conv or Gemm before them.
 
-Inference BatchNormalization, and Mul or Add by a per-output-channel constant, compute
-``y = s * x + t`` per channel.  After a Conv or Gemm whose weights are constants and whose
+Inference BatchNormalization, and Mul, Add, Sub or Div by a per-output-channel constant,
+compute ``y = s * x + t`` per channel.  After a Conv or Gemm whose weights are constants and whose
 output they alone read, that is the same layer with weights ``W * s`` (along the output
 channels) and bias ``b * s + t``: the affine node goes, and the engine's post-op fusion can
 then put the activation that follows into the kernel's epilogue (Conv-BN-Relu becomes one
@@ -12,6 +12,10 @@ and a shift turns a 2-D MatMul into a Gemm with that bias (otherwise the shift s
     Gemm(A, B[, C]) -> ...                                   ==>  Gemm(A, B * s, beta*C*s + t)
     MatMul(A, B)    -> Mul(c)                                ==>  MatMul(A, B * c)
     MatMul(A, B)    -> Add(c), A 2-D                         ==>  Gemm(A, B, c)
+    BatchNormalization(x, g, b, m, v) -> Mul | Add | Sub | Div(c)  ==>  BN(x, g * s, b * s + t, m, v)
+
+A chain of such ops folds one link at a time (the passes run to a fixed point), as Glow folds
+arithmetic chains into BatchNormalization and Convolution (reference/001).
 
 New weights are new graph constants, computed in float64 and stored in the weights' type;
 the old ones are left for dead-code elimination.  The default pipeline runs these passes in
@@ -29,7 +33,7 @@ from pplpy.ir.graph import Node
 from pplpy.optimizer.pass_base import RewriteRule
 from pplpy.params.onnx import GemmParam
 
-AFFINE_OPS = {("", "BatchNormalization"), ("", "Mul"), ("", "Add")}
+AFFINE_OPS = {("", "BatchNormalization"), ("", "Mul"), ("", "Add"), ("", "Sub"), ("", "Div")}
 GEMM_SINCE = 7  # the first Gemm whose C broadcasts without an attribute
 
 
@@ -108,7 +112,8 @@ def _channel_affine(graph, node, src, target):
             return s, bias - mean * s
     if len(node.inputs) != 2 or node.inputs.count(src) != 1:
         return None
-    other = _const(graph, node.inputs[1 - node.inputs.index(src)])
+    src_first = node.inputs[0] == src
+    other = _const(graph, node.inputs[1 if src_first else 0])
     if not _is_float(other):
         return None
     v = _per_channel(other, target)
@@ -116,7 +121,13 @@ def _channel_affine(graph, node, src, target):
         return None
     if node.op_type == "Mul":
         return v, np.zeros(c)
-    return np.ones(c), v
+    if node.op_type == "Add":
+        return np.ones(c), v
+    if node.op_type == "Sub":  # y - c, or c - y
+        return (np.ones(c), -v) if src_first else (-np.ones(c), v)
+    if src_first and (v != 0).all():  # Div: y / c (c / y is no affine map)
+        return 1.0 / v, np.zeros(c)
+    return None
 
 
 def _target(graph, node, producers):
@@ -126,6 +137,15 @@ def _target(graph, node, producers):
     weight = _const(graph, node.inputs[1]) if len(node.inputs) > 1 else None
     if not _is_float(weight):
         return None
+    if node.op_type == "BatchNormalization":
+        stats = [_const(graph, name) for name in node.inputs[1:5]]
+        p = node.param
+        if (len(stats) != 4 or not all(_is_float(v) and v.ndim == 1 for v in stats)
+                or getattr(p, "training_mode", 0) or getattr(p, "spatial", 1) != 1
+                or any(name for name in node.outputs[1:])):
+            return None
+        dims = graph.values[node.inputs[0]].dims
+        return Target(node, None if dims is None else len(dims), 1, stats[0].shape[0])
     if node.op_type == "Conv":
         bias = _const(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else 0
         if bias is None or weight.ndim < 3:
@@ -221,6 +241,25 @@ class FoldIntoConv(FoldAffine):
         inputs = (node.inputs[0], _new_constant(graph, w_name, new_w, w.dtype),
                   _new_constant(graph, f"{node.name}_bias", new_b, w.dtype))
         return "Conv", inputs, node.param
+
+
+class FoldIntoBatchNorm(FoldAffine):
+    """BatchNormalization(x, g, b, mean, var) -> s * . + t  ==>  BN(x, g * s, b * s + t, mean,
+    var): a per-channel arithmetic chain after a BatchNormalization joins it."""
+
+    name = "fold_into_batchnorm"
+    producers = frozenset({("", "BatchNormalization")})
+
+    def rewrite(self, graph, target, s, t):
+        node = target.node
+        if target.rank is None or target.rank < 2:
+            return None  # the channel axis of a BN input is 1: its rank must be known
+        g, b = (graph.constants[name] for name in node.inputs[1:3])
+        inputs = (node.inputs[0],
+                  _new_constant(graph, node.inputs[1], g.astype(np.float64) * s, g.dtype),
+                  _new_constant(graph, node.inputs[2], b.astype(np.float64) * s + t, b.dtype),
+                  *node.inputs[3:5])
+        return "BatchNormalization", inputs, node.param
 
 
 class FoldIntoGemm(FoldAffine):

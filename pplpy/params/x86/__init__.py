@@ -11,3 +11,10 @@ class ReorderParam:
 
     src: DataFormat
     dst: DataFormat
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelShuffleParam:
+    """ShuffleNet's channel shuffle: channels as (group, C / group), transposed."""
+
+    group: int

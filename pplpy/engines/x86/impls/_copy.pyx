@@ -9,7 +9,9 @@
 #   make_strided_copy_step  y[i] = x[base + sum(i_k * stride_k)] (Transpose, Slice)
 #   make_fill_step          y = a repeated byte pattern (ConstantOfShape, Dropout's mask)
 #   make_gather_step        y[o, j] = x[o, indices[j]] rows as block copies (Gather)
-#   make_concat_n16cx_step  channel concat of N16CX tensors as lane runs
+#   make_channel_map_n16cx_step  each output channel of an N16CX tensor copies a chosen
+#                           channel of one of several N16CX inputs, as lane runs (Concat,
+#                           channel Split and Slice, ChannelShuffle); make_concat_n16cx_step
 #   make_group_step         several independent steps as one (Dropout: y and its mask)
 #   make_pad_step           y[i_0, ...] = x[t_0[i_0], ...], or a value where any t_k[i_k] < 0
 #                           (Pad in every mode, NDARRAY or N16CX spatial axes)
@@ -409,39 +411,62 @@ cdef void concat_n16cx_step(const void *a, int tid, int nthreads) noexcept nogil
                                   src + (s * LANES + run.src_lane) * es, run.count, es, es)
 
 
-def n16cx_lane_runs(channels):
-    """For each output block of the channel concat of inputs with ``channels``, the runs of
-    lanes (input, input block, input lane, output lane, count) that fill it, padding last."""
-    total = sum(channels)
+def n16cx_lane_runs(sources):
+    """For each output block, the runs of lanes (input, input block, input lane, output
+    lane, count) that fill it, padding last.  ``sources[c]`` is the (input index, input
+    channel) output channel c copies: a channel concat, split, slice or shuffle is a list of
+    sources.  Neighbouring channels that stay neighbours, in one block on both sides, make
+    one run."""
+    total = len(sources)
     out_blocks = ceil_div(total, LANES)
     runs = [[] for _ in range(out_blocks)]
-    offset = 0
-    for i, c in enumerate(channels):
-        j = 0   # input channel
-        while j < c:
-            out = offset + j
-            ob, dl = divmod(out, LANES)
-            k, sl = divmod(j, LANES)
-            count = min(LANES - dl, LANES - sl, c - j)
-            runs[ob].append((i, k, sl, dl, count))
-            j += count
-        offset += c
+    for out, (i, j) in enumerate(sources):
+        ob, dl = divmod(out, LANES)
+        k, sl = divmod(j, LANES)
+        block_runs = runs[ob]
+        count = len(block_runs)    # (this module has wraparound off: no [-1])
+        last = block_runs[count - 1] if count else None
+        if (last is not None and last[0] == i and last[1] == k
+                and last[2] + last[4] == sl and last[3] + last[4] == dl):
+            block_runs[count - 1] = (i, k, last[2], last[3], last[4] + 1)
+        else:
+            block_runs.append((i, k, sl, dl, 1))
     if total % LANES:
         runs[out_blocks - 1].append((-1, 0, 0, total % LANES, LANES - total % LANES))
     return runs
+
+
+def concat_sources(channels):
+    """The sources of a channel concat of inputs with ``channels``."""
+    return [(i, j) for i, c in enumerate(channels) for j in range(c)]
 
 
 def make_concat_n16cx_step(size_t dst, srcs, channels, Py_ssize_t batch, Py_ssize_t pixels,
                            Py_ssize_t es):
     """Step: channel concat of N16CX inputs (batch, ceil(c_i/16), pixels, 16) at ``srcs``
     into the N16CX output at ``dst``; the output's padding lanes become 0."""
+    if len(srcs) == 0 or len(channels) != len(srcs):
+        raise ValueError(f"need one channel count per input, got {len(channels)} for "
+                         f"{len(srcs)}")
+    return make_channel_map_n16cx_step(dst, srcs, channels, concat_sources(channels), batch,
+                                       pixels, es)
+
+
+def make_channel_map_n16cx_step(size_t dst, srcs, channels, sources, Py_ssize_t batch,
+                                Py_ssize_t pixels, Py_ssize_t es):
+    """Step: output channel c of the N16CX output at ``dst`` is channel sources[c][1] of
+    N16CX input sources[c][0] (inputs at ``srcs`` with ``channels`` channels each); the
+    output's padding lanes become 0.  Concat, channel Split and Slice, ChannelShuffle."""
     cdef Py_ssize_t n = len(srcs), i, r, nruns, ob
     if n == 0 or len(channels) != n:
         raise ValueError(f"need one channel count per input, got {len(channels)} for {n}")
     if min(batch, pixels, *channels) < 0 or es <= 0:
         raise ValueError(f"bad sizes: batch {batch}, pixels {pixels}, channels "
                          f"{list(channels)}, element size {es}")
-    runs = n16cx_lane_runs(channels)
+    for i, j in sources:
+        if not (0 <= i < n and 0 <= j < channels[i]):
+            raise ValueError(f"source channel {j} of input {i} does not exist")
+    runs = n16cx_lane_runs(sources)
     out_blocks = len(runs)
     nruns = sum(len(rs) for rs in runs)
     table = np.zeros(nruns * 5 + (out_blocks + 1) + 2 * n, np.intp)   # runs, first_run,
@@ -741,6 +766,16 @@ def concat_n16cx(xs, channels, y, int num_threads=1):
     _contiguous(y, "y")
     run_steps([make_concat_n16cx_step(_address(y), [_address(x) for x in xs], list(channels),
                                       y.shape[0], y.shape[2], y.itemsize)], num_threads)
+
+
+def channel_map_n16cx(xs, channels, sources, y, int num_threads=1):
+    """y's channel c = channel sources[c][1] of xs[sources[c][0]], all blocked."""
+    for x in xs:
+        _contiguous(x, "every input")
+    _contiguous(y, "y")
+    run_steps([make_channel_map_n16cx_step(_address(y), [_address(x) for x in xs],
+                                           list(channels), list(sources), y.shape[0],
+                                           y.shape[2], y.itemsize)], num_threads)
 
 
 def pad(x, pads, y, str mode="constant", value=0, int num_threads=1):

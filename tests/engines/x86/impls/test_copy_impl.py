@@ -140,6 +140,29 @@ def test_concat_n16cx(channels, pixels):
     np.testing.assert_array_equal(y, want)   # padding lanes are zero too
 
 
+@pytest.mark.parametrize("channels, groups", [(32, 2), (116, 2), (48, 3), (24, 4)])
+@pytest.mark.parametrize("pixels", [1, 49])
+def test_channel_map_n16cx_shuffles_and_slices_channels(channels, groups, pixels):
+    """A channel shuffle (channels c/g apart become neighbours) and a strided channel slice
+    with an odd start, against numpy."""
+    batch = 2
+    x = RNG.standard_normal((batch, channels, pixels)).astype(np.float32)
+    per = channels // groups
+    shuffle = [(0, (c % groups) * per + c // groups) for c in range(channels)]
+    want = x.reshape(batch, groups, per, pixels).transpose(0, 2, 1, 3).reshape(x.shape)
+    y = both_threads(lambda y, t: m.channel_map_n16cx([to_n16cx(x)], [channels], shuffle, y, t),
+                     to_n16cx(want).shape, np.float32)
+    np.testing.assert_array_equal(y, to_n16cx(want))
+    picked = list(range(3, channels, 2))
+    want = x[:, picked]
+    y = both_threads(lambda y, t: m.channel_map_n16cx([to_n16cx(x)], [channels],
+                                                      [(0, c) for c in picked], y, t),
+                     to_n16cx(want).shape, np.float32)
+    np.testing.assert_array_equal(y, to_n16cx(want))
+    with pytest.raises(ValueError, match="source channel"):
+        m.channel_map_n16cx([to_n16cx(x)], [channels], [(0, channels)], y)
+
+
 def test_step_rejects_bad_arguments():
     with pytest.raises(ValueError, match="1, 2, 4 or 8 bytes"):
         m.make_fill_step(0, 4, b"abc")

@@ -81,11 +81,11 @@ def test_reorders_are_memoised_per_value_and_format(save_model):
 def test_fusion_folds_single_reader_activations_only(save_model):
     m = model([helper.make_node("Conv", ["x", "w"], ["a"]),
                helper.make_node("Clip", ["a", "lo", "hi"], ["c"]),
-               helper.make_node("Conv", ["x", "w"], ["b"]),
+               helper.make_node("Conv", ["x", "w2"], ["b"]),  # not w: CSE would merge them
                helper.make_node("Relu", ["b"], ["r"]),        # b is read twice: not fused
                helper.make_node("Add", ["c", "r"], ["s"]),
                helper.make_node("Add", ["s", "b"], ["y"])],
-              {"w": W, "lo": np.float32(0), "hi": np.float32(6)})
+              {"w": W, "w2": W + 1, "lo": np.float32(0), "hi": np.float32(6)})
     result, snapshots = build(save_model, m)
     convs = [n for n in result.graph.nodes if n.op_type == "Conv"]
     post_ops = {n.outputs[0]: result.ops[n].__dict__.get("post_ops") for n in convs}

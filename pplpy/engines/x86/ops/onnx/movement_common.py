@@ -4,6 +4,7 @@ list, a depth, k) and checking index types.  No op is declared here."""
 import math
 
 from pplpy.common.data_type import DataType
+from pplpy.engines.x86.impls import _copy
 from pplpy.errors import ShapeError
 from pplpy.models.onnx.registry import generic_parse
 
@@ -67,3 +68,14 @@ def contiguous_strides(dims, es):
         strides[k] = s
         s *= dims[k]
     return strides
+
+
+def n16cx_channel_step(y, x, sources):
+    """Step: channel c of the N16CX slot ``y`` = channel ``sources[c]`` of the N16CX slot
+    ``x`` (a channel slice, a split part, a shuffle), without leaving the blocked layout."""
+    dims = x.shape.dims
+    step = _copy.make_channel_map_n16cx_step(y.address, [x.address], [dims[1]],
+                                             [(0, c) for c in sources], dims[0],
+                                             prod(dims[2:]), x.shape.data_type.itemsize)
+    step.keep = (step.keep, x.array, y.array)
+    return step

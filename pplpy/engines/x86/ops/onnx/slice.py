@@ -4,16 +4,20 @@ Opset 1-9 take starts, ends and axes as attributes; from 10 they are inputs, wit
 Starts and ends are clamped to the dim (negative ones count from the back), steps may be
 negative.  Their values decide the output shape, so they must be known when the plan is made
 (``value_inputs``: constants, fed inputs or host-computed values).  The kernel is a strided
-copy step: the source strides are the input's strides times the steps.
+copy step: the source strides are the input's strides times the steps.  A slice of only the
+channel axis of an N16CX float32 tensor (ShuffleNet's chunk) stays blocked: its step is a
+channel map, so the convolutions around it need no reorder.
 """
 
+from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.impls import _copy
 from pplpy.engines.x86.ops.canned import ANY_TYPE
 from pplpy.engines.x86.ops.declare import op
+from pplpy.engines.x86.ops.onnx.movement_common import n16cx_channel_step
 from pplpy.engines.x86.ops.onnx.shape import DataMovementKernel, constant_vector, keep_arrays
 from pplpy.engines.x86.ops.op_context import X86OptKernel
-from pplpy.errors import ShapeError
+from pplpy.errors import PplError, ShapeError
 from pplpy.oputils.onnx.shape_functions import slice_geometry
 from pplpy.params.onnx import SliceParam
 
@@ -30,8 +34,11 @@ class SliceKernel(DataMovementKernel):
         # starts/ends/axes/steps are constants, host values or value-deciding feeds: all hold
         # their values when the step is made.
         values = [s.array if s is not None else None for s in io.inputs]
-        _, firsts, steps = self.op.geometry(
+        out_dims, firsts, steps = self.op.geometry(
             [s.shape.dims if s is not None else None for s in io.inputs], values)
+        if x.shape.data_format is DataFormat.N16CX:  # a channel slice (see select_format)
+            return n16cx_channel_step(y, x, [firsts[1] + k * steps[1]
+                                             for k in range(out_dims[1])])
         es = x.shape.data_type.itemsize
         strides, s = [0] * len(dims), es
         for k in range(len(dims) - 1, -1, -1):
@@ -51,6 +58,7 @@ class SliceOp(X86OptKernel):
 
     supported_types = ANY_TYPE
     value_inputs = (1, 2, 3, 4)
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
 
     def infer_type(self, in_types):
         if self.node.opset >= 10:
@@ -78,6 +86,32 @@ class SliceOp(X86OptKernel):
 
     def infer_shape(self, in_shapes, in_values):
         return [self.geometry(in_shapes, in_values)[0]]
+
+    def select_format(self, in_formats, in_shapes):
+        """N16CX when a blocked input is sliced on its channel axis only (bounds known now);
+        NDARRAY otherwise."""
+        plain = [DataFormat.NDARRAY] * len(in_formats), [DataFormat.NDARRAY]
+        dims = in_shapes[0]
+        if in_formats[0] is not DataFormat.N16CX or dims is None or len(dims) < 3:
+            return plain
+        if self.node.opset >= 10:
+            starts, axes = self.constant(1), self.constant(3)
+            if starts is None or (self.input_present(3) and axes is None):
+                return plain
+            axes = list(range(starts.size)) if axes is None else axes.reshape(-1).tolist()
+        else:
+            p = self.param
+            if p is None or p.starts is None:
+                return plain
+            axes = p.axes if p.axes is not None else range(len(p.starts))
+        if [a + len(dims) if a < 0 else a for a in axes] != [1]:
+            return plain
+        values = [self.constant(i) for i in range(len(in_formats))]
+        try:
+            self.geometry(in_shapes, values)
+        except (PplError, ValueError, TypeError):  # bounds unknown until a plan
+            return plain
+        return [DataFormat.N16CX] + plain[0][1:], [DataFormat.N16CX]
 
     def create_kernel(self):
         return SliceKernel(self)

@@ -5,8 +5,8 @@ The sizes are the ``split`` attribute (opsets 1-12; opset 1 also takes them as i
 the ``split`` input (13+), ``num_outputs`` chunks of ceil(dim / n) with a smaller last one
 (18+), or, with none of these, equal parts for the outputs.  They decide the output shapes,
 so an input ``split`` must be known when the plan is made.  Each output is a strided copy;
-the steps of all outputs run as one group.  A channel split of an N16CX tensor whose split
-points are multiples of 16 stays blocked: each output is a run of whole channel blocks.
+the steps of all outputs run as one group.  A channel split of an N16CX tensor stays blocked:
+a part made of whole channel blocks is a block copy, any other a channel map (lanes move).
 """
 
 from pplpy.common.data_format import DataFormat
@@ -16,6 +16,7 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.onnx.movement_common import (
     check_index_type,
     ints_of,
+    n16cx_channel_step,
     parse_with,
     prod,
 )
@@ -45,7 +46,12 @@ class SplitKernel(DataMovementKernel):
         else:
             outer, axis_dim, inner = prod(dims[:axis]), dims[axis], prod(dims[axis + 1:])
         for y, size in zip(io.outputs, sizes):
-            if y is not None and y.shape.element_count > 0:
+            lanes_move = blocked and (offset % LANES or (size % LANES and offset + size != dims[1]))
+            if y is not None and y.shape.element_count > 0 and lanes_move:
+                # Lanes move (or the part ends inside a block whose other lanes belong to
+                # the next part, and the output's padding lanes must be zero): a channel map.
+                steps.append(n16cx_channel_step(y, x, range(offset, offset + size)))
+            elif y is not None and y.shape.element_count > 0:
                 first = offset // LANES if blocked else offset
                 count = y.shape.physical_dims[1] if blocked else size
                 steps.append(_copy.make_strided_copy_step(
@@ -110,8 +116,8 @@ class SplitOp(X86OptKernel):
         return [tuple(dims[:axis]) + (s,) + tuple(dims[axis + 1:]) for s in split]
 
     def select_format(self, in_formats, in_shapes):
-        """N16CX for a channel split of a blocked input with split points on block
-        boundaries; NDARRAY otherwise."""
+        """N16CX for a channel split of a blocked input (a part that starts on a block
+        boundary is a block copy, others a channel map); NDARRAY otherwise."""
         n_in, n_out = len(in_formats), len(self.node.outputs)
         blocked = ([in_formats[0]] + [DataFormat.NDARRAY] * (n_in - 1),
                    [DataFormat.N16CX] * n_out)
@@ -126,7 +132,7 @@ class SplitOp(X86OptKernel):
             axis, split = self.sizes(in_shapes, values)
         except (PplError, ValueError, TypeError):  # sizes unknown until a plan
             return plain
-        if axis != 1 or any(s % LANES for s in split[:-1]):
+        if axis != 1:
             return plain
         return blocked
 

@@ -1,0 +1,326 @@
+"""Glow's graph passes (reference/001): each on small graphs, checking the structure after
+the pass and that the optimised model computes what the original does (onnx's reference
+evaluator on the original model is the oracle); near misses are left alone.  A hypothesis
+test builds random element-wise and transpose graphs and compares optimised with
+unoptimised outputs."""
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import pplpy
+
+RNG = np.random.default_rng(11)
+UNOPTIMISED = [("dead_code_elimination", "once")]
+
+
+def model(nodes, inputs, inits=(), opset=17, outputs=("y",)):
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in inputs],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def run(save_model, m, feeds, passes=None):
+    """Load with ``passes`` (default pipeline when None), check against the reference on
+    the original model, return (op types in run order without Reorders, pass log)."""
+    rt = pplpy.load(save_model(m), passes=passes)
+    got = rt.run(feeds)
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for name, w in zip(rt.output_names, want):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=name)
+    return [n.op_type for n in rt.graph.nodes if n.op_type != "Reorder"], rt.pass_log
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def logged(log, pass_id):
+    return next(line for line in log if line.startswith(pass_id + ":"))
+
+
+# -- CSE -----------------------------------------------------------------------------------
+
+
+def test_cse_merges_equal_nodes_and_their_readers(save_model):
+    nodes = [helper.make_node("Sigmoid", ["x"], ["a"]), helper.make_node("Sigmoid", ["x"], ["b"]),
+             helper.make_node("Mul", ["a", "x"], ["c"]), helper.make_node("Mul", ["b", "x"], ["d"]),
+             helper.make_node("Add", ["c", "d"], ["y"])]
+    types, log = run(save_model, model(nodes, [("x", [3, 5])]), {"x": rand(3, 5)})
+    assert types == ["Sigmoid", "Mul", "Add"]
+    assert "merged Mul 1" in logged(log, "cse") and "merged Sigmoid 1" in logged(log, "cse")
+
+
+def test_cse_keeps_nodes_that_differ_in_attributes_or_are_random(save_model):
+    nodes = [helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1),
+             helper.make_node("LeakyRelu", ["x"], ["b"], alpha=0.2),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    types, _ = run(save_model, model(nodes, [("x", [4])]), {"x": rand(4)})
+    assert types.count("LeakyRelu") == 2
+    rand_nodes = [helper.make_node("RandomUniformLike", ["x"], ["a"]),
+                  helper.make_node("RandomUniformLike", ["x"], ["b"]),
+                  helper.make_node("Sub", ["a", "b"], ["y"])]
+    rt = pplpy.load(save_model(model(rand_nodes, [("x", [64])])))
+    assert [n.op_type for n in rt.graph.nodes].count("RandomUniformLike") == 2
+    assert np.any(rt.run({"x": rand(64)})["y"] != 0)
+
+
+def test_cse_keeps_a_graph_output_producer(save_model):
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Relu", ["x"], ["z"])]
+    m = model(nodes, [("x", [4])], outputs=("y", "z"))
+    types, _ = run(save_model, m, {"x": rand(4)})
+    assert types == ["Relu", "Relu"]
+
+
+# -- transposes ------------------------------------------------------------------------------
+
+
+def test_consecutive_transposes_combine_and_cancel(save_model):
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["a"], ["b"], perm=[0, 3, 1, 2]),
+             helper.make_node("Relu", ["b"], ["c"]),
+             helper.make_node("Transpose", ["c"], ["d"], perm=[1, 0, 2, 3]),
+             helper.make_node("Transpose", ["d"], ["y"], perm=[0, 1, 3, 2])]
+    types, log = run(save_model, model(nodes, [("x", [2, 3, 4, 5])]), {"x": rand(2, 3, 4, 5)})
+    assert types == ["Relu", "Transpose"]
+    assert "combined Transposes" in logged(log, "optimize_transposes")
+
+
+def test_identity_transpose_is_removed_and_data_free_transpose_becomes_reshape(save_model):
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=[0, 1, 2]),
+             helper.make_node("Transpose", ["a"], ["b"], perm=[1, 0, 2]),  # dim 0 is 1
+             helper.make_node("Neg", ["b"], ["y"])]
+    types, log = run(save_model, model(nodes, [("x", [1, 6, 5])]), {"x": rand(1, 6, 5)})
+    assert "Transpose" not in types and "Reshape" in types
+
+
+def test_transpose_sinks_below_elementwise_ops_and_meets_its_inverse(save_model):
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=[0, 2, 1]),
+             helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Mul", ["b", "two"], ["c"]),
+             helper.make_node("Transpose", ["z"], ["zt"], perm=[0, 2, 1]),
+             helper.make_node("Add", ["c", "zt"], ["d"]),
+             helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 1])]
+    m = model(nodes, [("x", [2, 3, 4]), ("z", [2, 3, 4])], {"two": np.float32(2)})
+    types, log = run(save_model, m, {"x": rand(2, 3, 4), "z": rand(2, 3, 4)})
+    assert types == ["Sigmoid", "Mul", "Add"]
+    assert "sank Transpose below Add 1" in logged(log, "sink_transposes")
+
+
+def test_transpose_does_not_sink_into_a_non_scalar_operand(save_model):
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=[1, 0]),
+             helper.make_node("Add", ["a", "bias"], ["y"])]
+    m = model(nodes, [("x", [3, 4])], {"bias": rand(3)})
+    types, _ = run(save_model, m, {"x": rand(3, 4)})
+    assert types == ["Transpose", "Add"]
+
+
+# -- Relu / MaxPool, Concat, ReduceMean ---------------------------------------------------------
+
+
+def test_relu_maxpool_swap_only_when_relu_is_no_post_op(save_model):
+    pool = dict(kernel_shape=[2, 2], strides=[2, 2])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], **pool)]
+    types, log = run(save_model, model(nodes, [("x", [1, 3, 8, 8])]), {"x": rand(1, 3, 8, 8)})
+    assert types == ["Add", "MaxPool", "Relu"]
+    w = rand(4, 3, 3, 3)
+    conv = [helper.make_node("Conv", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+            helper.make_node("MaxPool", ["r"], ["y"], **pool)]
+    types, _ = run(save_model, model(conv, [("x", [1, 3, 8, 8])], {"w": w}),
+                   {"x": rand(1, 3, 8, 8)})
+    assert types == ["Conv", "MaxPool"]  # the Relu is the Conv's post-op
+
+
+def test_nested_concats_merge(save_model):
+    nodes = [helper.make_node("Concat", ["x", "z"], ["a"], axis=1),
+             helper.make_node("Concat", ["a", "x"], ["b"], axis=-1),
+             helper.make_node("Concat", ["b", "z"], ["y"], axis=1)]
+    types, _ = run(save_model, model(nodes, [("x", [2, 3]), ("z", [2, 4])]),
+                   {"x": rand(2, 3), "z": rand(2, 4)})
+    assert types == ["Concat"]
+
+
+@pytest.mark.parametrize("bounds, want", [([(0, 2), (2, 5), (5, 8)], []),
+                                          ([(1, 3), (3, 6)], ["Slice"])])
+def test_concat_of_adjacent_slices(save_model, bounds, want):
+    nodes, inits, parts = [], {}, []
+    for i, (s, e) in enumerate(bounds):
+        inits.update({f"s{i}": np.array([s]), f"e{i}": np.array([e]), f"a{i}": np.array([1])})
+        nodes.append(helper.make_node("Slice", ["x", f"s{i}", f"e{i}", f"a{i}"], [f"p{i}"]))
+        parts.append(f"p{i}")
+    nodes += [helper.make_node("Concat", parts, ["c"], axis=1),
+              helper.make_node("Neg", ["c"], ["y"])]
+    types, log = run(save_model, model(nodes, [("x", [2, 8])], inits), {"x": rand(2, 8)})
+    assert types == want + ["Neg"]
+
+
+def test_concat_of_slices_with_a_gap_is_kept(save_model):
+    inits = {"s0": np.array([0]), "e0": np.array([2]), "s1": np.array([3]),
+             "e1": np.array([8]), "ax": np.array([1])}
+    nodes = [helper.make_node("Slice", ["x", "s0", "e0", "ax"], ["p0"]),
+             helper.make_node("Slice", ["x", "s1", "e1", "ax"], ["p1"]),
+             helper.make_node("Concat", ["p0", "p1"], ["y"], axis=1)]
+    types, _ = run(save_model, model(nodes, [("x", [2, 8])], inits), {"x": rand(2, 8)})
+    assert types == ["Slice", "Slice", "Concat"]
+
+
+@pytest.mark.parametrize("keepdims", [1, 0])
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reduce_mean_over_spatial_axes_is_global_average_pool(save_model, keepdims, opset):
+    if opset >= 18:
+        nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=keepdims)]
+        inits = {"axes": np.array([-1, 2])}
+    else:
+        nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=keepdims)]
+        inits = {}
+    types, _ = run(save_model, model(nodes, [("x", [2, 32, 5, 5])], inits, opset=opset),
+                   {"x": rand(2, 32, 5, 5)})
+    assert types[0] == "GlobalAveragePool" and "ReduceMean" not in types
+
+
+def test_reduce_mean_over_channels_is_kept(save_model):
+    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, 2, 3])]
+    types, _ = run(save_model, model(nodes, [("x", [2, 3, 4, 4])], opset=13),
+                   {"x": rand(2, 3, 4, 4)})
+    assert types == ["ReduceMean"]
+
+
+# -- arithmetic into BatchNormalization and Conv -------------------------------------------------
+
+
+def test_arithmetic_chain_folds_into_batch_norm_and_conv(save_model):
+    c = 6
+    bn_inits = {"g": rand(c), "b": rand(c), "m": rand(c), "v": np.abs(rand(c)) + 0.5}
+    per_channel = {"k1": rand(1, c, 1, 1), "k2": rand(c, 1, 1), "k3": np.float32(3.0),
+                   "k4": np.abs(rand(1, c, 1, 1)) + 0.5}
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("BatchNormalization", ["r", "g", "b", "m", "v"], ["n"]),
+             helper.make_node("Mul", ["n", "k1"], ["a1"]),
+             helper.make_node("Sub", ["a1", "k2"], ["a2"]),
+             helper.make_node("Sub", ["k3", "a2"], ["a3"]),
+             helper.make_node("Div", ["a3", "k4"], ["y"])]
+    m = model(nodes, [("x", [2, c, 5, 5])], {**bn_inits, **per_channel})
+    types, log = run(save_model, m, {"x": rand(2, c, 5, 5)})
+    assert types == ["Relu", "BatchNormalization"]
+    assert "Sub->BatchNormalization 2" in logged(log, "fold_into_batchnorm")
+    w = rand(c, 3, 3, 3)
+    conv = [helper.make_node("Conv", ["x", "w"], ["a"]),
+            helper.make_node("Div", ["a", "k4"], ["d"]),
+            helper.make_node("Sub", ["d", "k2"], ["y"])]
+    types, _ = run(save_model, model(conv, [("x", [1, 3, 7, 7])], {"w": w, **per_channel}),
+                   {"x": rand(1, 3, 7, 7)})
+    assert types == ["Conv"]
+
+
+def test_division_by_the_tensor_is_not_folded(save_model):
+    c = 4
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]),
+             helper.make_node("Div", ["k", "a"], ["y"])]
+    m = model(nodes, [("x", [1, 3, 5, 5])], {"w": rand(c, 3, 1, 1), "k": rand(1, c, 1, 1)})
+    types, _ = run(save_model, m, {"x": rand(1, 3, 5, 5)})
+    assert types == ["Conv", "Div"]
+
+
+# -- Reshape, Cast, Expand / Tile -------------------------------------------------------------
+
+
+def test_reshape_chain_merges(save_model):
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["a"]),
+             helper.make_node("Reshape", ["a", "s2"], ["b"]),
+             helper.make_node("Reshape", ["b", "s3"], ["y"])]
+    inits = {"s1": np.array([6, 4]), "s2": np.array([2, -1]), "s3": np.array([0, 3, 4])}
+    types, log = run(save_model, model(nodes, [("x", [2, 3, 4])], inits), {"x": rand(2, 3, 4)})
+    assert types == ["Reshape"]
+    assert "merged Reshapes 2" in logged(log, "merge_reshapes")
+
+
+def test_reshape_with_a_zero_that_would_copy_a_different_dim_is_kept(save_model):
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["a"]),
+             helper.make_node("Reshape", ["a", "s2"], ["y"])]
+    inits = {"s1": np.array([3, 2, 4]), "s2": np.array([0, -1])}  # 0 copies 3, not x's 2
+    types, _ = run(save_model, model(nodes, [("x", [2, 3, 4])], inits), {"x": rand(2, 3, 4)})
+    assert types == ["Reshape", "Reshape"]
+
+
+def test_cast_chains_and_no_op_casts(save_model):
+    f, d, i32 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32
+    nodes = [helper.make_node("Cast", ["x"], ["a"], to=f),        # no-op
+             helper.make_node("Cast", ["a"], ["b"], to=d),        # exact widening ...
+             helper.make_node("Cast", ["b"], ["c"], to=i32),      # ... so one Cast to int32
+             helper.make_node("Cast", ["c"], ["e"], to=TensorProto.INT8),  # narrowing ...
+             helper.make_node("Cast", ["e"], ["y"], to=f)]                 # ... is kept
+    x = (rand(20) * 300).astype(np.float32)
+    types, log = run(save_model, model(nodes, [("x", [20])]), {"x": x})
+    assert types == ["Cast", "Cast", "Cast"]
+    assert "removed no-op Cast 1" in logged(log, "simplify_casts")
+
+
+def test_expand_and_tile_before_broadcasting_ops_are_dropped(save_model):
+    nodes = [helper.make_node("Expand", ["b", "shape"], ["be"]),
+             helper.make_node("Add", ["x", "be"], ["a"]),
+             helper.make_node("Tile", ["c", "reps"], ["ct"]),
+             helper.make_node("Mul", ["a", "ct"], ["y"])]
+    inits = {"shape": np.array([2, 3, 4]), "b": rand(3, 1), "c": rand(1, 1, 4),
+             "reps": np.array([2, 3, 1])}
+    m = model(nodes, [("x", [2, 3, 4])], inits)
+    rt_types, log = run(save_model, m, {"x": rand(2, 3, 4)}, passes=[
+        "expand_to_broadcast", ("dead_code_elimination", "once")])
+    assert rt_types == ["Add", "Mul"]
+
+
+def test_expand_that_grows_the_result_is_kept(save_model):
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["xe"]),
+             helper.make_node("Add", ["xe", "b"], ["y"])]
+    m = model(nodes, [("x", [3, 1])], {"shape": np.array([3, 4]), "b": rand(3, 1)})
+    types, _ = run(save_model, m, {"x": rand(3, 1)}, passes=["expand_to_broadcast"])
+    assert types == ["Expand", "Add"]
+
+
+# -- property: random element-wise and transpose graphs ---------------------------------------
+
+UNARY = ["Relu", "Sigmoid", "Neg", "Abs", "Tanh"]
+BINARY = ["Add", "Mul", "Sub", "Max"]
+
+
+@st.composite
+def elementwise_graphs(draw):
+    """A random DAG over a rank-3 input: unary ops, binary ops on two earlier values,
+    transposes (some repeated, so CSE and cancelling find work)."""
+    values, nodes = ["x"], []
+    perms = [[0, 2, 1], [1, 0, 2], [2, 1, 0], [0, 1, 2]]
+    shapes = {"x": (3, 3, 3)}
+    for i in range(draw(st.integers(2, 12))):
+        kind = draw(st.sampled_from(["unary", "binary", "transpose", "scalar"]))
+        out = f"v{i}"
+        src = draw(st.sampled_from(values))
+        if kind == "unary":
+            nodes.append(helper.make_node(draw(st.sampled_from(UNARY)), [src], [out]))
+        elif kind == "binary":
+            other = draw(st.sampled_from(values))
+            nodes.append(helper.make_node(draw(st.sampled_from(BINARY)), [src, other], [out]))
+        elif kind == "scalar":
+            nodes.append(helper.make_node("Mul", [src, "half"], [out]))
+        else:
+            nodes.append(helper.make_node("Transpose", [src], [out],
+                                          perm=draw(st.sampled_from(perms))))
+        values.append(out)
+    nodes.append(helper.make_node("Identity", [values[-1]], ["y"]))
+    return model(nodes, [("x", [3, 3, 3])], {"half": np.float32(0.5)})
+
+
+@settings(max_examples=40, deadline=None)
+@given(elementwise_graphs())
+def test_optimised_random_graphs_compute_what_unoptimised_ones_do(tmp_path_factory, m):
+    path = tmp_path_factory.mktemp("g") / "m.onnx"
+    onnx.save(m, path)
+    x = np.random.default_rng(0).standard_normal((3, 3, 3)).astype(np.float32)
+    got = pplpy.load(str(path)).run({"x": x})["y"]
+    plain = pplpy.load(str(path), passes=UNOPTIMISED).run({"x": x})["y"]
+    np.testing.assert_allclose(got, plain, rtol=1e-6, atol=1e-6)
