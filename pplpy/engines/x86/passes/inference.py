@@ -163,6 +163,8 @@ def shape_deciding_values(nodes, ops, types):
                         if i < len(node.inputs) and node.inputs[i])
     for node in reversed(nodes):
         outputs = [name for name in node.outputs if name]
+        if getattr(ops[node], "computes_from_shapes", False):
+            continue  # Shape and Size read only dims: their input's values decide nothing
         if (ops[node].deterministic and any(name in deciding for name in outputs)
                 and all(types.get(name) in HOST_TYPES for name in outputs)):
             deciding.update(name for name in node.inputs if name)
