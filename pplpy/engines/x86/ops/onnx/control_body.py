@@ -10,9 +10,11 @@
   planner of the outer graph see every value the node depends on.
 - Types: ``Body.output_types`` runs type inference over the parsed body for the types the
   op feeds (bodies often declare none); nested control flow recurses.
-- Building: once per (input types, input ranks) the body is copied and built by the
-  RuntimeBuilder with the outer engine's options and every input dim free, so one build
-  serves every shape.  Runtimes made from it share its kernels.
+- Building: once per (input types, input shapes) the body is copied and built by the
+  RuntimeBuilder with the outer engine's options (the last MAX_BUILDS are kept; a loop
+  whose carried values keep their shapes needs one).  Static shapes let the body's own
+  passes fold, choose formats and pack weights as in any model.  Runtimes made from a build
+  share its kernels.
 - Shapes: pplpy plans memory before a run, so the op context asks ``Body.infer`` for the
   body's output shapes for given input shapes; it runs the body's shape inference and host
   arithmetic exactly as a body plan would.  Body inputs whose values can decide a shape
@@ -29,6 +31,7 @@ import contextlib
 import copy
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +41,10 @@ from pplpy.engines.x86.ops.declare import find_op
 from pplpy.engines.x86.ops.op_context import ValueRequired
 from pplpy.engines.x86.passes.inference import infer_types, shape_deciding_values
 from pplpy.errors import InputError, ModelError, ShapeError, UnsupportedOpError
+
+
+# Builds a Body keeps (per input types and shapes), least recently used first out.
+MAX_BUILDS = 16
 
 
 @contextlib.contextmanager
@@ -94,7 +101,7 @@ class Body:
         self.options = options  # the outer engine's EngineOptions
         self.where = where  # 'node "x" (ai.onnx::If, opset 13), then_branch'
         self._typed = {}  # in types -> (out types, indices of shape-deciding inputs)
-        self._builds = {}  # (in types, in ranks) -> _Built
+        self._builds = OrderedDict()  # (in types, in shapes) -> _Built, least recent first
         self._lock = threading.Lock()
 
     @property
@@ -167,21 +174,25 @@ class Body:
     # -- builds, shapes, runtimes --------------------------------------------------------
 
     def _build_for(self, in_types, in_shapes):
-        key = (tuple(in_types), tuple(len(s) for s in in_shapes))
+        key = (tuple(in_types), tuple(tuple(int(d) for d in s) for s in in_shapes))
         with self._lock:
             built = self._builds.get(key)
             if built is None:
                 built = self._builds[key] = self._build(*key)
+                while len(self._builds) > MAX_BUILDS:
+                    self._builds.popitem(last=False)
+            else:
+                self._builds.move_to_end(key)
         return built
 
-    def _build(self, in_types, ranks):
+    def _build(self, in_types, in_shapes):
         # Imported here: the runtime imports the engine, which imports every op module.
         from pplpy.engines.x86.engine import X86Engine
         from pplpy.runtime.builder import RuntimeBuilder
 
         graph = copy.deepcopy(self.graph)
-        for info, data_type, rank in zip(graph.inputs, in_types, ranks):
-            info.data_type, info.dims = data_type, (None,) * rank
+        for info, data_type, dims in zip(graph.inputs, in_types, in_shapes):
+            info.data_type, info.dims = data_type, dims
             record = graph.value(info.name)
             record.dtype, record.dims = data_type, info.dims
         o = self.options
@@ -218,7 +229,7 @@ class Body:
         return [shapes[name] for name in self.output_names]
 
     def runtime(self, in_types, in_shapes):
-        """A new Runtime of the body for inputs of these types and ranks (one per outer
+        """A new Runtime of the body for inputs of these types and shapes (one per outer
         plan: runtimes of one build share its kernels, and run in parallel)."""
         from pplpy.runtime.runtime import Runtime
 
@@ -227,7 +238,7 @@ class Body:
 
 
 class BodyRunner:
-    """The body runtimes of one outer plan, made on first use per (types, ranks), and a
+    """The body runtimes of one outer plan, made on first use per (types, shapes), and a
     run in output order."""
 
     def __init__(self, body, where):
@@ -238,7 +249,7 @@ class BodyRunner:
     def run(self, arrays):
         """The body's outputs (fresh arrays, in output order) for inputs ``arrays``."""
         types = [DataType.from_numpy(a.dtype) for a in arrays]
-        key = (tuple(types), tuple(a.ndim for a in arrays))
+        key = (tuple(types), tuple(a.shape for a in arrays))
         runtime = self._runtimes.get(key)
         if runtime is None:
             runtime = self._runtimes[key] = self.body.runtime(types, [a.shape for a in arrays])

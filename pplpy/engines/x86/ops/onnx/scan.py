@@ -157,6 +157,7 @@ class ScanOp(ScanBase):
         return (_normalized(p.scan_input_axes, self.m, ranks_in, "scan_input_axes", where),
                 _normalized(p.scan_input_directions, self.m, None, "scan_input_directions",
                             where),
+                None if ranks_out is None else
                 _normalized(p.scan_output_axes, self.k, ranks_out, "scan_output_axes", where),
                 _normalized(p.scan_output_directions, self.k, None, "scan_output_directions",
                             where))
