@@ -385,3 +385,23 @@ def test_unsupported_op_inside_a_body_is_reported_at_load(tmp_path):
     m = model([node], [("c", BOOL, []), ("x", FLOAT, [2])], [("y", FLOAT, None)])
     error = load_error(tmp_path, m)
     assert isinstance(error, pplpy.UnsupportedOpError) and '"odd"' in str(error)
+
+
+def test_if_is_a_python_step_and_its_branches_compiled_steps(tmp_path):
+    """Control flow is the documented exception to compiled steps (tests/runtime/
+    test_runtime.py: PYTHON_STEP_KERNELS); the branch it runs is compiled."""
+    from pplpy.runtime.step import PythonStep
+
+    path = tmp_path / "m.onnx"
+    onnx.save(if_model(), path)
+    rt = pplpy.load(path)
+    rt.run({"cond": np.array(True), "x": np.ones((2, 3), np.float32)})
+    steps = rt._last.plan.steps
+    assert [type(s) for s in steps] == [PythonStep]
+    (node,) = [n for n in rt.graph.nodes if n.op_type == "If"]
+    body = rt.result.ops[node].then_body
+    built = next(b for (types, shapes), b in body._builds.items() if shapes[0] == (2, 3))
+    inner = pplpy.runtime.Runtime(built.result, value_feeds=built.value_feeds)
+    inner.run({"x": np.ones((2, 3), np.float32), "w": np.ones(3, np.float32)})
+    assert inner._last.plan.steps and not any(isinstance(s, PythonStep)
+                                              for s in inner._last.plan.steps)
