@@ -1,4 +1,4 @@
-"""If (opsets 1-25): run then_branch or else_branch, as cond says, and return its outputs.
+"""If (opset 1 on): run then_branch or else_branch, as cond says, and return its outputs.
 
 Inputs: cond (a one-element bool), then the outer values the branches read (appended by the
 parser; see ``control_body.py``).  The branches are built into pplpy runtimes and the kernel
@@ -45,6 +45,9 @@ class IfKernel(X86Kernel):
 @op("", "If", since=1, param=IfParam)
 class IfOp(X86OptKernel):
     """outputs = then_branch() if cond else else_branch(), on tensors of any type."""
+
+    # Values pass through to the body, whose own ops check the types they compute in.
+    supported_types = tuple(DataType)
 
     def __init__(self, node, options):
         super().__init__(node, options)

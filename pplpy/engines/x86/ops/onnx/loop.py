@@ -1,4 +1,4 @@
-"""Loop (opsets 1-25): run the body while i < M (the trip count) and cond hold, threading
+"""Loop (opset 1 on): run the body while i < M (the trip count) and cond hold, threading
 loop-carried values through the iterations and stacking scan outputs along a new axis 0.
 
 Inputs: M (optional int64), cond (optional bool), the N initial loop-carried values, then
@@ -85,6 +85,9 @@ class LoopKernel(X86Kernel):
 @op("", "Loop", since=1, param=LoopParam)
 class LoopOp(X86OptKernel):
     """Loop-carried values and scan outputs of a for / while loop over a body graph."""
+
+    # Values pass through to the body, whose own ops check the types they compute in.
+    supported_types = tuple(DataType)
 
     def __init__(self, node, options):
         super().__init__(node, options)

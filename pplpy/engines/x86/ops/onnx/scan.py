@@ -1,4 +1,4 @@
-"""Scan (opset 8, and 9-25): run the body once per position along the scan axis of the scan
+"""Scan (opset 8, and 9 on): run the body once per position along the scan axis of the scan
 inputs, threading state values through and stacking the per-step scan outputs.
 
 Inputs (9+): N initial states, M scan inputs (``num_scan_inputs``), then the outer values the
@@ -19,6 +19,7 @@ body's runtime.
 
 import numpy as np
 
+from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.onnx.control_body import (
@@ -85,6 +86,9 @@ class ScanKernel(X86Kernel):
 
 class ScanBase(X86OptKernel):
     """What both forms share: the body, the counts, types and the shape rule per pass."""
+
+    # Values pass through to the body, whose own ops check the types they compute in.
+    supported_types = tuple(DataType)
 
     batched = False  # Scan 8: a batch axis 0 everywhere, sequence_lens first
 
