@@ -14,8 +14,8 @@ import numpy as np
 
 from pplpy.engines.x86.engine import X86Engine
 from pplpy.engines.x86.ops.declare import registered_ops
-from pplpy.ir import all_nodes
 from pplpy.errors import InputError, ModelError, PplError, UnsupportedOpError, guard
+from pplpy.ir import all_nodes
 from pplpy.models.onnx.model_parser import load_model_proto, parse_model
 from pplpy.models.onnx.registry import parser_entries
 from pplpy.optimizer import PassManager
