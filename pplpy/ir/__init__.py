@@ -9,6 +9,6 @@ has one record (type, dims, format, producer, consumers, constant data) kept cur
 graph's edit methods.
 """
 
-from pplpy.ir.graph import Graph, Node, Value, ValueInfo, bypass_node
+from pplpy.ir.graph import Graph, Node, Value, ValueInfo, all_nodes, bypass_node, subgraphs
 
-__all__ = ["Graph", "Node", "Value", "ValueInfo", "bypass_node"]
+__all__ = ["Graph", "Node", "Value", "ValueInfo", "all_nodes", "bypass_node", "subgraphs"]

@@ -8,8 +8,16 @@ constant.  The graph's edit methods keep producers and consumers current, so a p
 optimises and sorts in O(n).
 
 A node's input name "" marks an omitted optional input.
+
+Subgraphs (the bodies of If, Loop and Scan) are Graphs too, held by the node's param in the
+field named after the ONNX attribute.  A body reads values of the graphs around it only
+through graph inputs: the parser lists the outer names a body uses (its free names) in
+``Graph.captured``, appends them to the body's inputs and to the node's inputs (after the
+op's own), so passes of the outer graph see every value a node depends on.  The binding is
+by position: the node's last ``len(body.captured)`` inputs feed the body's last inputs.
 """
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import MutableMapping
@@ -139,12 +147,18 @@ class Graph:
         # as constants (the common case, folded and packed); see RuntimeBuilder.
         self.overridable = {}  # name -> declared ValueInfo
         self.defaults = {}  # input name -> default array, when built with them as inputs
+        # A subgraph's inputs bound to values of the enclosing graph (see the module doc);
+        # they are the last len(captured) entries of ``inputs``.
+        self.captured = []
         self.values = {}  # name -> Value
         self._nodes = {}  # Node -> None, in order (a dict: O(1) removal)
         self._node_names = set()
         self._counter = itertools.count()
         self._order = itertools.count()
         self.constants = ConstantsView(self)
+
+    def __repr__(self):
+        return f"<Graph {self.name}: {len(self._nodes)} nodes>"
 
     # -- queries -------------------------------------------------------------------------
 
@@ -320,6 +334,23 @@ class Graph:
             stuck = [n.name for n in nodes if waiting[n] > 0][:5]
             raise ValueError(f"the graph has a cycle through nodes {', '.join(stuck)}")
         self._nodes = dict.fromkeys(ordered)
+
+
+def subgraphs(node):
+    """The Graphs a node's param holds (the bodies of If, Loop, Scan), in field order."""
+    param = node.param
+    if param is None or not dataclasses.is_dataclass(param):
+        return []
+    return [getattr(param, f.name) for f in dataclasses.fields(param)
+            if isinstance(getattr(param, f.name), Graph)]
+
+
+def all_nodes(graph):
+    """Every node of ``graph`` and of the subgraphs nested in it, outer ones first."""
+    for node in graph.nodes:
+        yield node
+        for body in subgraphs(node):
+            yield from all_nodes(body)
 
 
 def bypass_node(graph, node, input_index=0, output_index=0):

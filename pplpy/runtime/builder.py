@@ -15,6 +15,7 @@ import numpy as np
 from pplpy.engines.x86.engine import X86Engine
 from pplpy.engines.x86.ops.declare import registered_ops
 from pplpy.errors import InputError, ModelError, PplError, UnsupportedOpError, guard
+from pplpy.ir import all_nodes
 from pplpy.models.onnx.model_parser import load_model_proto, parse_model
 from pplpy.models.onnx.registry import parser_entries
 from pplpy.optimizer import PassManager
@@ -98,9 +99,10 @@ class RuntimeBuilder:
 
 
 def _check_supported(graph, unparsed, engine):
-    """Raise one UnsupportedOpError listing every node nobody can parse or run."""
+    """Raise one UnsupportedOpError listing every node nobody can parse or run, those inside
+    control-flow bodies included."""
     unparsed_ids = {id(n) for n in unparsed}
-    bad = [n for n in graph.nodes if id(n) in unparsed_ids or not engine.supports(n)]
+    bad = [n for n in all_nodes(graph) if id(n) in unparsed_ids or not engine.supports(n)]
     if bad:
         raise UnsupportedOpError(unsupported_message(bad),
                                  nodes=[(n.name, n.domain, n.op_type, n.opset) for n in bad])
@@ -132,9 +134,7 @@ def unsupported_message(nodes):
     for (domain, op_type, opset), names in groups.items():
         shown = ", ".join(f'"{n}"' for n in names[:SHOWN_NODES])
         more = f" and {len(names) - SHOWN_NODES} more" if len(names) > SHOWN_NODES else ""
-        subgraph = op_type in ("If", "Loop", "Scan")
-        why = "control flow (subgraphs) is not supported" if subgraph else _missing(
-            domain, op_type, opset)
+        why = _missing(domain, op_type, opset)
         lines.append(f"  {domain or 'ai.onnx'}::{op_type} opset {opset}: {len(names)} node(s) "
                      f"({shown}{more}): {why}")
     failed = failed_plugins()

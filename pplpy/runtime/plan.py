@@ -36,6 +36,33 @@ def as_steps(made):
     return [made]
 
 
+def infer_plan_shapes(result, feed_shapes, feed_values):
+    """What a plan for these feeds knows before any memory exists: the dims of every value,
+    the values known on the host (constants, ``feed_values``, host-evaluated nodes) and the
+    set of nodes evaluated on the host.  ``feed_shapes``: input name -> dims.
+
+    Control-flow ops use it to learn a body's output shapes for given input shapes."""
+    graph = result.graph
+    records = graph.values
+    types = {name: record.dtype for name, record in records.items()}
+    shapes = {}
+    for name, record in records.items():
+        if record.producer is None and record.dims is not None and name not in feed_shapes:
+            shapes[name] = tuple(record.dims)  # constants, released weights
+    shapes.update({name: tuple(dims) for name, dims in feed_shapes.items()})
+    values = dict(graph.constants)
+    values.update(feed_values)
+    host = set()
+
+    def evaluate(node, inputs, in_shapes, in_types):
+        return run_once(result.ops[node], result.kernels[node], inputs, in_shapes, 1,
+                        in_types)
+
+    infer_shapes(graph.nodes, result.ops, shapes, values, types=types, evaluate=evaluate,
+                 host=host)
+    return shapes, values, host
+
+
 class ExecutionPlan:
     def __init__(self, result, feeds, value_feeds, num_threads):
         """``feeds``: input name -> array (shapes of all, values of ``value_feeds``)."""
@@ -44,21 +71,9 @@ class ExecutionPlan:
         self.graph = graph
         records = graph.values
         types = {name: record.dtype for name, record in records.items()}
-        shapes = {}
-        for name, record in records.items():
-            if record.producer is None and record.dims is not None and name not in feeds:
-                shapes[name] = tuple(record.dims)  # constants, released weights
-        shapes.update({name: tuple(array.shape) for name, array in feeds.items()})
-        values = dict(graph.constants)
-        values.update({name: feeds[name] for name in value_feeds})
-        host = set()
-
-        def evaluate(node, inputs, in_shapes, in_types):
-            return run_once(result.ops[node], result.kernels[node], inputs, in_shapes, 1,
-                            in_types)
-
-        infer_shapes(nodes, result.ops, shapes, values, types=types, evaluate=evaluate,
-                     host=host)
+        shapes, values, host = infer_plan_shapes(
+            result, {name: array.shape for name, array in feeds.items()},
+            {name: feeds[name] for name in value_feeds})
         self.shapes = shapes
         self.host_values = {name: values[name] for node in host for name in node.outputs
                             if name}

@@ -30,7 +30,8 @@ DEFAULT_PLAN_CACHE_SIZE = 8
 
 
 class Runtime:
-    def __init__(self, result, plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, override=None):
+    def __init__(self, result, plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, override=None,
+                 value_feeds=None):
         if int(plan_cache_size) < 1:
             raise PplError(f"plan_cache_size must be >= 1, got {plan_cache_size}")
         self._result = result
@@ -49,9 +50,11 @@ class Runtime:
         self._override_runtime = None
         self.plan_misses = 0
         # Feeds whose values decide shapes (a Reshape's shape given as a model input): their
-        # values join the signature, so a new value makes a new plan.
+        # values join the signature, so a new value makes a new plan.  A control-flow body
+        # names its own (``value_feeds``): inputs whose values reach a shape through host
+        # arithmetic (see pplpy/engines/x86/ops/onnx/control_body.py).
         feeds = set(self.input_names)
-        self._value_feeds = sorted({
+        self._value_feeds = sorted(value_feeds) if value_feeds is not None else sorted({
             node.inputs[i]
             for node, op in result.ops.items()
             for i in op.value_inputs

@@ -1,6 +1,7 @@
 """The runtime: compiled plans cached per input-shape signature, a Python plugin op as a step
 between compiled ones, calls from many threads, outputs the caller owns."""
 
+import inspect
 import threading
 
 import numpy as np
@@ -10,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
+import pplpy.engines.x86.ops.onnx  # noqa: F401  (every built-in kernel class)
 from pplpy.common.data_format import DataFormat
 from pplpy.engines.x86 import X86Kernel, X86OptKernel, op
 from pplpy.engines.x86.ops.canned import follow_input_format, same_shape_as_input
@@ -42,6 +44,36 @@ def test_builtin_ops_are_compiled_steps(save_model):
     rt.run({"x": RNG.standard_normal((2, 3, 10, 10)).astype(np.float32)})
     steps = rt._last.plan.steps
     assert steps and not any(isinstance(s, PythonStep) for s in steps), steps
+
+
+# Built-in kernels that are Python steps by design, each with its reason.  Every other
+# built-in kernel must make compiled steps.
+PYTHON_STEP_KERNELS = {
+    "IfKernel": "control flow: runs a branch's nested runtime (whose steps are compiled)",
+    "LoopKernel": "control flow: iterates the body's nested runtime",
+    "ScanKernel": "control flow: iterates the body's nested runtime",
+}
+
+
+def _builtin_kernel_classes():
+    """pplpy's kernel classes that ops instantiate (leaves; bases only share code)."""
+    pending, found = [X86Kernel], []
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            pending.append(sub)
+            if sub.__module__.startswith("pplpy.") and not sub.__subclasses__():
+                found.append(sub)
+    return found
+
+
+def test_builtin_kernels_are_compiled_steps_except_control_flow():
+    python = set()
+    for cls in _builtin_kernel_classes():
+        source = inspect.getsource(cls)
+        if (cls.make_step is X86Kernel.make_step or "PythonStep" in source
+                or "python_step(" in source):
+            python.add(cls.__name__)
+    assert python == set(PYTHON_STEP_KERNELS)
 
 
 def test_plans_are_cached_per_shape_signature(save_model):

@@ -327,13 +327,23 @@ def unsupported_opset():
 
 
 @case
-def control_flow():
+def control_flow_condition_not_bool():
     branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
                                [helper.make_tensor_value_info("z", FLOAT, [2])])
     model = make_model([helper.make_node("If", ["c"], ["y"], name="branchy",
                                          then_branch=branch, else_branch=branch)],
+                       [("c", FLOAT, []), ("x", FLOAT, [2])], [("y", FLOAT, None)])
+    return model, None, pplpy.ModelError, ['"branchy"', "bool"]
+
+
+@case
+def control_flow_body_reads_an_unknown_value():
+    branch = helper.make_graph([helper.make_node("Identity", ["nowhere"], ["z"])], "b", [],
+                               [helper.make_tensor_value_info("z", FLOAT, [2])])
+    model = make_model([helper.make_node("If", ["c"], ["y"], name="branchy",
+                                         then_branch=branch, else_branch=branch)],
                        [("c", TensorProto.BOOL, []), ("x", FLOAT, [2])], [("y", FLOAT, None)])
-    return model, None, pplpy.UnsupportedOpError, ['"branchy"', "control flow"]
+    return model, None, pplpy.ModelError, ['"branchy"', '"nowhere"']
 
 
 # -- shapes ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ ModelError naming the node, op, attribute or value and what is allowed.  Externa
 absolute or climbs out with ".." is refused (a model must not read arbitrary files).
 """
 
+import dataclasses
 import os
 
 import numpy as np
@@ -197,12 +198,17 @@ def _check_text(onnx_graph):
             bad(init.name, "initializer name")
 
 
-def validate_graph(onnx_graph, names):
+def validate_graph(onnx_graph, names, outer=None):
     """Structure checks before anything is built; each failure is a ModelError naming the
     node, op and value: no nodes, no outputs, duplicate inputs, a value produced twice, a node
-    input or graph output nothing produces (cycles are found by the topological sort)."""
+    input or graph output nothing produces (cycles are found by the topological sort).
+
+    ``outer`` is None for a model's graph; for a subgraph it is the set of names the
+    enclosing graphs define, which the subgraph may read (and it may have no nodes: an If
+    branch can return an outer value)."""
     _check_text(onnx_graph)
-    if len(onnx_graph.node) == 0:
+    outer = frozenset() if outer is None else outer
+    if len(onnx_graph.node) == 0 and not outer:
         raise ModelError(f'graph "{onnx_graph.name}" has no nodes: there is nothing to run '
                          f"(is the file an ONNX model?)")
     if len(onnx_graph.output) == 0:
@@ -234,14 +240,14 @@ def validate_graph(onnx_graph, names):
             producer[out] = f'node "{name}" ({node_proto.op_type})'
     for node_proto, name in zip(onnx_graph.node, names):
         for index, value in enumerate(node_proto.input):
-            if value and value not in producer:
+            if value and value not in producer and value not in outer:
                 raise ModelError(
                     f'node "{name}" ({node_proto.op_type}): input {index} "{value}" is not '
                     f"produced by any node, graph input or initializer"
                 )
     seen_outputs = set()
     for vi in onnx_graph.output:
-        if vi.name not in producer:
+        if vi.name not in producer and vi.name not in outer:
             raise ModelError(f'graph output "{vi.name}" is not produced by any node, graph '
                              f"input or initializer")
         if vi.name in seen_outputs:
@@ -318,6 +324,27 @@ def parse_model(model, cast_to_float32=False, override_initializers=False):
             graph.value_info[vi.name] = _value_info(vi)
 
     unparsed = []
+    _parse_nodes(graph, onnx_graph, names, opsets, unparsed, frozenset())
+    try:
+        graph.topological_sort()
+    except ValueError as exc:
+        raise ModelError(f"{exc}; an ONNX graph must be acyclic") from exc
+    return graph, unparsed
+
+
+def _visible_names(onnx_graph):
+    """Every name ``onnx_graph`` defines: initializers, inputs, node outputs."""
+    names = {init.name for init in onnx_graph.initializer}
+    names.update(sparse.values.name for sparse in onnx_graph.sparse_initializer)
+    names.update(vi.name for vi in onnx_graph.input)
+    names.update(out for node in onnx_graph.node for out in node.output if out)
+    return names
+
+
+def _parse_nodes(graph, onnx_graph, names, opsets, unparsed, outer):
+    """Add a Node per NodeProto to ``graph``; nodes no parser covers go to ``unparsed``.
+    ``outer``: the names the enclosing graphs define (subgraphs may read them)."""
+    visible = None  # names a subgraph of these nodes may read, computed once if needed
     for node_proto, name in zip(onnx_graph.node, names):
         domain = normalize_domain(node_proto.domain)
         opset = opsets.get(domain)
@@ -328,20 +355,107 @@ def parse_model(model, cast_to_float32=False, override_initializers=False):
                 f"{node.describe()}: the model imports no opset for domain "
                 f"{domain or 'ai.onnx'!r}"
             )
-        if node_proto.op_type in ("If", "Loop", "Scan") or any(
-            attr.HasField("g") or len(attr.graphs) for attr in node_proto.attribute
-        ):
-            unparsed.append(node)
-            graph.add_node(node)
-            continue
         entry = find_parser(domain, node_proto.op_type, opset)
-        if entry is None:
-            unparsed.append(node)
+        if entry is None or any(attr.type == onnx.AttributeProto.GRAPHS
+                                for attr in node_proto.attribute):
+            unparsed.append(node)  # no standard op takes a list of graphs
+        elif any(attr.type == onnx.AttributeProto.GRAPH for attr in node_proto.attribute):
+            if visible is None:
+                visible = outer | _visible_names(onnx_graph)
+            node = _parse_control_flow(node, node_proto, entry, opsets, unparsed, visible)
         else:
             node.param = entry.parse_node(node_proto, opset, name)
         graph.add_node(node)
+
+
+def _parse_control_flow(node, node_proto, entry, opsets, unparsed, visible):
+    """A node with GRAPH attributes (If, Loop, Scan): each attribute becomes a pplpy Graph in
+    the param field of the same name; the outer values the bodies read (their free names)
+    are appended to the node's inputs and to every body's inputs, in one order (see
+    ``pplpy.ir.graph``)."""
+    bodies = {}
+    for attr in node_proto.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            bodies[attr.name] = parse_subgraph(attr.g, opsets, unparsed, visible,
+                                               f'{node.describe()}, attribute {attr.name!r}')
+    rest = onnx.NodeProto()
+    rest.CopyFrom(node_proto)
+    del rest.attribute[:]
+    rest.attribute.extend(a for a in node_proto.attribute
+                          if a.type != onnx.AttributeProto.GRAPH)
+    param = entry.parse_node(rest, node.opset, node.name)
+    fields = {f.name for f in dataclasses.fields(param)} if dataclasses.is_dataclass(
+        param) else set()
+    unknown = sorted(set(bodies) - fields)
+    if unknown:
+        raise ModelError(f"{node.describe()}: graph attribute(s) {unknown} are not taken by "
+                         f"this op")
+    captured = list(dict.fromkeys(name for body in bodies.values() for name in body.captured))
+    for body in bodies.values():
+        _capture(body, captured)
+    node.param = dataclasses.replace(param, **bodies)
+    return Node(node.name, node.op_type, node.domain, node.opset,
+                [*node.inputs, *captured], node.outputs, node.param)
+
+
+def _capture(body, captured):
+    """Make ``captured`` (outer names, in this order) the last inputs of ``body``."""
+    body.inputs = [info for info in body.inputs if info.name not in set(body.captured)]
+    for name in captured:
+        body.inputs.append(ValueInfo(name, None, None))
+        body.value(name)
+    body.captured = list(captured)
+
+
+def parse_subgraph(onnx_graph, opsets, unparsed, outer, where):
+    """A GraphProto attribute (a body of If, Loop or Scan) as a pplpy Graph.
+
+    Its initializers become its constants; its declared inputs may leave type and shape
+    out (the op fills them from the values it feeds).  Names it reads but does not define
+    (its free names, nested bodies' included) are listed in ``captured`` and appended to its
+    inputs; each must be defined by an enclosing graph (``outer``).  Unparsed nodes (at any
+    depth) join ``unparsed``; sequence, map and optional types are a ModelError."""
+    names = node_names(onnx_graph)
     try:
-        graph.topological_sort()
+        validate_graph(onnx_graph, names, outer)
+    except ModelError as exc:
+        raise ModelError(f"{where}: {exc}") from exc
+    body = Graph(name=onnx_graph.name or "body", opsets=opsets)
+    for init in onnx_graph.initializer:
+        _tensor_dims(init, f'{where}: initializer "{init.name}"')
+        try:
+            body.constants[init.name] = numpy_helper.to_array(init)
+        except Exception as exc:  # noqa: BLE001 - any decoding failure is a model problem
+            raise ModelError(f'{where}: initializer "{init.name}" cannot be decoded: '
+                             f"{exc}") from exc
+    for vi in onnx_graph.input:
+        info = _body_value_info(vi, f"{where}: input")
+        body.inputs.append(info)
+        record = body.value(info.name)
+        record.dtype, record.dims = info.data_type, info.dims
+    body.outputs = [_body_value_info(vi, f"{where}: output") for vi in onnx_graph.output]
+    _parse_nodes(body, onnx_graph, names, opsets, unparsed, outer)
+    defined = set(body.constants) | set(body.input_names) | {
+        out for node in body.nodes for out in node.outputs if out}
+    read = [name for node in body.nodes for name in node.inputs if name]
+    read += body.output_names
+    body.captured = [name for name in dict.fromkeys(read) if name not in defined]
+    _capture(body, body.captured)
+    try:
+        body.topological_sort()
     except ValueError as exc:
-        raise ModelError(f"{exc}; an ONNX graph must be acyclic") from exc
-    return graph, unparsed
+        raise ModelError(f"{where}: {exc}; an ONNX graph must be acyclic") from exc
+    return body
+
+
+def _body_value_info(vi, role):
+    """A body input's or output's declaration; unlike a model's, type and shape may be
+    left out (None)."""
+    if vi.type.HasField("tensor_type") or not vi.type.WhichOneof("value"):
+        if vi.type.tensor_type.elem_type == 0:
+            return ValueInfo(vi.name, None, None)
+    info = _value_info(vi, role)
+    if info.data_type is None:
+        raise ModelError(f'{role} "{vi.name}": element type '
+                         f"{_type_name(vi.type.tensor_type.elem_type)} is not supported by pplpy")
+    return info

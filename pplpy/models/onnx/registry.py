@@ -246,7 +246,12 @@ def check_attribute_types(node_proto, domain, opset, name=None):
     if n_in > schema.max_input:
         raise ModelError(f"{where} has {n_in} inputs {list(node_proto.input)}; "
                          f"{node_proto.op_type} takes at most {schema.max_input}")
-    present = len([i for i in node_proto.input[:schema.min_input] if i])
+    # Inputs the schema marks optional may be "" even before the last required one
+    # (Scan 8's sequence_lens).
+    optional = {i for i, formal in enumerate(schema.inputs)
+                if formal.option == onnx.defs.OpSchema.FormalParameterOption.Optional}
+    present = len([i for k, i in enumerate(node_proto.input[:schema.min_input])
+                   if i or k in optional])
     if present < schema.min_input:
         raise ModelError(f"{where} has {present} of the {schema.min_input} inputs "
                          f"{node_proto.op_type} requires")

@@ -6,6 +6,7 @@ fills them from a NodeProto and ``==`` / ``hash`` let passes compare nodes (CSE)
 
 from pplpy.params.onnx.activation_param import CeluParam, ClipParam, EluParam, GeluParam, HardSigmoidParam, LeakyReluParam, SeluParam, ShrinkParam, ThresholdedReluParam  # noqa: F401,E501
 from pplpy.params.onnx.binary_param import BitShiftParam, IsInfParam, ModParam  # noqa: F401
+from pplpy.params.onnx.control_flow_param import IfParam, LoopParam, Scan8Param, ScanParam  # noqa: F401
 from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam, DropoutParam
 from pplpy.params.onnx.conv_param import ConvParam
 from pplpy.params.onnx.conv_transpose_param import ConvTransposeParam, LpPoolParam, MaxUnpoolParam  # noqa: F401,E501

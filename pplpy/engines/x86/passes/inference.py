@@ -147,3 +147,25 @@ def symbolic_dims(probe_a, probe_b, symbol_of):
             continue
         merged[name] = tuple(a if a == b else symbol_of.get((a, b)) for a, b in zip(dims_a, dims_b))
     return merged
+
+
+def shape_deciding_values(nodes, ops, types):
+    """The names whose values can decide a shape: the inputs ops list in ``value_inputs``
+    (Reshape's shape), and, backwards, the inputs of deterministic nodes with integer or
+    bool outputs that lead there (the host arithmetic of ``infer_shapes``).  ``nodes`` in
+    topological order; ``types``: value name -> DataType.
+
+    A control-flow body feeds these of its inputs by value, so its plans are keyed by them
+    (a loop counter that becomes a Slice's start)."""
+    deciding = set()
+    for node in nodes:
+        deciding.update(node.inputs[i] for i in ops[node].value_inputs
+                        if i < len(node.inputs) and node.inputs[i])
+    for node in reversed(nodes):
+        outputs = [name for name in node.outputs if name]
+        if getattr(ops[node], "computes_from_shapes", False):
+            continue  # Shape and Size read only dims: their input's values decide nothing
+        if (ops[node].deterministic and any(name in deciding for name in outputs)
+                and all(types.get(name) in HOST_TYPES for name in outputs)):
+            deciding.update(name for name in node.inputs if name)
+    return deciding
