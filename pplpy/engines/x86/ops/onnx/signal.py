@@ -227,6 +227,7 @@ class GeneratorOp(X86OptKernel):
 
     value_inputs = ()
     index_inputs = ()
+    supported_types = INDEX_TYPES  # of the integer inputs; the output's is output_datatype
 
     def infer_type(self, in_types):
         for index, what in self.index_inputs:
@@ -271,7 +272,9 @@ def _hamming(n, denom):
 
 
 def _blackman(n, denom):
-    return 0.42 - 0.5 * np.cos(n * (2 * np.pi) / denom) + 0.08 * np.cos(n * (4 * np.pi) / denom)
+    # Summed in the reference's order: an integer output truncates, so 1 - 1e-16 matters.
+    return (np.cos(n * (2 * np.pi) / denom) * -0.5 + np.cos(n * (4 * np.pi) / denom) * 0.08
+            + 0.42)
 
 
 class WindowOp(GeneratorOp):
@@ -343,10 +346,12 @@ class MelWeightMatrixOp(GeneratorOp):
 
     value_inputs = (0, 1, 2, 3, 4)
     index_inputs = ((0, "num_mel_bins"), (1, "dft_length"), (2, "sample_rate"))
+    # The integer inputs' types and the edges' (read on the host when the plan is made).
+    supported_types = INDEX_TYPES + (DataType.FLOAT32, DataType.FLOAT64, DataType.FLOAT16)
 
     def infer_type(self, in_types):
         for index, what in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz")):
-            if in_types[index] not in (DataType.FLOAT32, DataType.FLOAT64, DataType.FLOAT16):
+            if in_types[index] not in self.supported_types[len(INDEX_TYPES):]:
                 raise self.unsupported(f"input {index} ({what}) must be a float type, got "
                                        f"{in_types[index]}")
         return super().infer_type(in_types)
