@@ -1,4 +1,4 @@
-# Broadcasting comparisons, logic, Where, BitShift, Mod, Min/Max and integer Pow over any
+# Broadcasting comparisons, logic, bitwise logic, Where, BitShift, Mod, Min/Max and integer Pow over any
 # pplpy element type (float32/64, int8-64, uint8-64, bool), as passes of _nary.pxi.
 #
 # Baseline code (no ISA suffix): these ops move bytes or compare, and the float32 math that
@@ -56,13 +56,19 @@ cdef enum:
     IS_NEGINF = 19
     IS_INF = 20
     COPY = 21       # y = x (Max of one input)
-    LAST_OP = 21
+    # Bitwise family (integer inputs and output of one type).
+    BIT_AND = 22
+    BIT_OR = 23
+    BIT_XOR = 24
+    BIT_NOT = 25
+    LAST_OP = 25
 
 # Op codes for Python callers.
 OPS = {"EQ": EQ, "LT": LT, "LE": LE, "GT": GT, "GE": GE, "AND": AND, "OR": OR, "XOR": XOR,
        "NOT": NOT, "WHERE": WHERE, "MIN": MIN, "MAX": MAX, "MOD": MOD, "FMOD": FMOD,
        "SHL": SHL, "SHR": SHR, "POW": POW, "IS_NAN": IS_NAN, "IS_POSINF": IS_POSINF,
-       "IS_NEGINF": IS_NEGINF, "IS_INF": IS_INF, "COPY": COPY}
+       "IS_NEGINF": IS_NEGINF, "IS_INF": IS_INF, "COPY": COPY, "BIT_AND": BIT_AND,
+       "BIT_OR": BIT_OR, "BIT_XOR": BIT_XOR, "BIT_NOT": BIT_NOT}
 
 _NUMERIC = (T_FLOAT, T_DOUBLE, T_INT8, T_INT16, T_INT32, T_INT64, T_UINT8, T_UINT16, T_UINT32,
             T_UINT64)
@@ -74,8 +80,10 @@ TYPES = {EQ: _NUMERIC + (T_BOOL,), LT: _NUMERIC, LE: _NUMERIC, GT: _NUMERIC, GE:
          MIN: _NUMERIC, MAX: _NUMERIC, MOD: _NUMERIC, FMOD: _NUMERIC, SHL: _INTS, SHR: _INTS,
          POW: (T_INT32, T_INT64), IS_NAN: (T_FLOAT, T_DOUBLE), IS_POSINF: (T_FLOAT, T_DOUBLE),
          IS_NEGINF: (T_FLOAT, T_DOUBLE), IS_INF: (T_FLOAT, T_DOUBLE),
-         COPY: (T_UINT8, T_UINT16, T_UINT32, T_UINT64)}
-_ARITY = {NOT: 1, IS_NAN: 1, IS_POSINF: 1, IS_NEGINF: 1, IS_INF: 1, COPY: 1, WHERE: 3}
+         COPY: (T_UINT8, T_UINT16, T_UINT32, T_UINT64),
+         BIT_AND: _INTS, BIT_OR: _INTS, BIT_XOR: _INTS, BIT_NOT: _INTS}
+_ARITY = {NOT: 1, IS_NAN: 1, IS_POSINF: 1, IS_NEGINF: 1, IS_INF: 1, COPY: 1, WHERE: 3,
+          BIT_NOT: 1}
 
 ctypedef fused num_t:
     float
@@ -112,6 +120,17 @@ ctypedef fused sint_t:
 ctypedef fused real_t:
     float
     double
+
+
+cdef inline int _word_size(int t) noexcept nogil:
+    """Bytes per element of the integer or bool ONNX type ``t``."""
+    if t == T_INT8 or t == T_UINT8 or t == T_BOOL:
+        return 1
+    if t == T_INT16 or t == T_UINT16:
+        return 2
+    if t == T_INT32 or t == T_UINT32:
+        return 4
+    return 8
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,9 +210,11 @@ cdef void _cmp_row(int code, const char **s, const Py_ssize_t *st, char *y,
 
 
 # ---------------------------------------------------------------------------------------
-# Logic on bool (bytes 0 / 1).
+# Logic on bool (bytes 0 / 1) and bitwise logic on integers: both are bit operations on
+# words of the element's size (signed integers as their unsigned words).  Not is y = x ^ m
+# with m = 1 for bool and all ones for an integer, so it shares the XOR loops.
 
-cdef inline uint8_t _logic(const int op, uint8_t a, uint8_t b) noexcept nogil:
+cdef inline word_t _logic(const int op, word_t a, word_t b) noexcept nogil:
     if op == AND:
         return a & b
     if op == OR:
@@ -201,10 +222,10 @@ cdef inline uint8_t _logic(const int op, uint8_t a, uint8_t b) noexcept nogil:
     return a ^ b
 
 
-cdef inline void _logic_loops(const int op, const uint8_t *a, Py_ssize_t sa, const uint8_t *b,
-                              Py_ssize_t sb, uint8_t *y, Py_ssize_t n) noexcept nogil:
+cdef inline void _logic_loops(const int op, const word_t *a, Py_ssize_t sa, const word_t *b,
+                              Py_ssize_t sb, word_t *y, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
-    cdef uint8_t av, bv
+    cdef word_t av, bv
     if sa == 1 and sb == 1:
         for i in range(n):
             y[i] = _logic(op, a[i], b[i])
@@ -221,24 +242,40 @@ cdef inline void _logic_loops(const int op, const uint8_t *a, Py_ssize_t sa, con
             y[i] = _logic(op, a[i * sa], b[i * sb])
 
 
+cdef inline void _logic_typed(int op, const word_t *a, Py_ssize_t sa, const word_t *b,
+                              Py_ssize_t sb, word_t *y, Py_ssize_t n) noexcept nogil:
+    cdef word_t mask
+    if op == AND or op == BIT_AND:
+        _logic_loops(AND, a, sa, b, sb, y, n)
+    elif op == OR or op == BIT_OR:
+        _logic_loops(OR, a, sa, b, sb, y, n)
+    elif op == XOR or op == BIT_XOR:
+        _logic_loops(XOR, a, sa, b, sb, y, n)
+    else:
+        mask = 1 if op == NOT else ~(<word_t>0)
+        _logic_loops(XOR, a, sa, &mask, 0, y, n)
+
+
 cdef void _logic_row(int code, const char **s, const Py_ssize_t *st, char *y,
                      Py_ssize_t n) noexcept nogil:
-    cdef int op = code >> 5
-    cdef const uint8_t *a = <const uint8_t *>s[0]
-    cdef uint8_t *o = <uint8_t *>y
-    cdef Py_ssize_t i, sa = st[0]
-    if op == AND:
-        _logic_loops(AND, a, sa, <const uint8_t *>s[1], st[1], o, n)
-    elif op == OR:
-        _logic_loops(OR, a, sa, <const uint8_t *>s[1], st[1], o, n)
-    elif op == XOR:
-        _logic_loops(XOR, a, sa, <const uint8_t *>s[1], st[1], o, n)
-    elif sa == 1:
-        for i in range(n):
-            o[i] = a[i] ^ 1
+    cdef int op = code >> 5, size = _word_size(code & 31)
+    cdef const char *b = NULL   # unary Not reads no second input
+    cdef Py_ssize_t sb = 0
+    if op != NOT and op != BIT_NOT:
+        b = s[1]
+        sb = st[1]
+    if size == 1:
+        _logic_typed(op, <const uint8_t *>s[0], st[0], <const uint8_t *>b, sb,
+                     <uint8_t *>y, n)
+    elif size == 2:
+        _logic_typed(op, <const uint16_t *>s[0], st[0], <const uint16_t *>b, sb,
+                     <uint16_t *>y, n)
+    elif size == 4:
+        _logic_typed(op, <const uint32_t *>s[0], st[0], <const uint32_t *>b, sb,
+                     <uint32_t *>y, n)
     else:
-        for i in range(n):
-            o[i] = a[i * sa] ^ 1
+        _logic_typed(op, <const uint64_t *>s[0], st[0], <const uint64_t *>b, sb,
+                     <uint64_t *>y, n)
 
 
 # ---------------------------------------------------------------------------------------
@@ -572,6 +609,8 @@ cdef void _fclass_row(int code, const char **s, const Py_ssize_t *st, char *y,
 # Python-visible builders.
 
 cdef nary_row_t _row_of(int op):
+    if op >= BIT_AND:
+        return _logic_row
     if op <= GE:
         return _cmp_row
     if op <= NOT:

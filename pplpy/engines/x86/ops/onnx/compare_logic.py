@@ -1,10 +1,12 @@
 """Comparisons (Equal, Less, Greater, LessOrEqual, GreaterOrEqual), logic (And, Or, Xor, Not),
-Where, IsNaN, IsInf, BitShift and Mod: numpy broadcasting over any pplpy element type.
+bitwise logic on integers (BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot), Where, IsNaN, IsInf,
+BitShift and Mod: numpy broadcasting over any pplpy element type.
 
 Each op is one compiled pass of ``impls/_logic.pyx`` over its output (NDARRAY): the inputs
 are read through element strides (0 along broadcast dims), so nothing is expanded.
 
     a, b --Equal/Less/...--> bool      c, x, z --Where--> x or z      x --IsNaN/Not--> bool
+    a, b --BitwiseAnd/...--> a's type                 x --BitwiseNot--> x's type
 """
 
 import numpy as np
@@ -107,10 +109,15 @@ def _declare(op_type, since, code, output_type=None, param=None, base=LogicOp, d
     globals()[cls.__name__] = op("", op_type, since=since, param=param)(cls)
 
 
-for _op_type, _since, _code in (("Equal", 7, "EQ"), ("Less", 7, "LT"), ("Greater", 7, "GT"),
-                                ("LessOrEqual", 12, "LE"), ("GreaterOrEqual", 12, "GE"),
-                                ("And", 7, "AND"), ("Or", 7, "OR"), ("Xor", 7, "XOR")):
-    _declare(_op_type, _since, OPS[_code], DataType.BOOL)
+# (op type, since, _logic op, output type: None for the inputs' type)
+for _op_type, _since, _code, _out in (
+        ("Equal", 7, "EQ", DataType.BOOL), ("Less", 7, "LT", DataType.BOOL),
+        ("Greater", 7, "GT", DataType.BOOL), ("LessOrEqual", 12, "LE", DataType.BOOL),
+        ("GreaterOrEqual", 12, "GE", DataType.BOOL), ("And", 7, "AND", DataType.BOOL),
+        ("Or", 7, "OR", DataType.BOOL), ("Xor", 7, "XOR", DataType.BOOL),
+        ("BitwiseAnd", 18, "BIT_AND", None), ("BitwiseOr", 18, "BIT_OR", None),
+        ("BitwiseXor", 18, "BIT_XOR", None), ("BitwiseNot", 18, "BIT_NOT", None)):
+    _declare(_op_type, _since, OPS[_code], _out)
 
 
 @op("", "Not", since=1)
@@ -196,4 +203,4 @@ class ModOp(LogicOp):
         return code, io.inputs[0].shape.data_type.value, [s.array for s in io.inputs], None
 
 
-del _op_type, _since, _code
+del _op_type, _since, _code, _out
