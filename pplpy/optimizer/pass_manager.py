@@ -36,6 +36,10 @@ from pplpy.optimizer.passes.basic_rules import (
 from pplpy.optimizer.passes.constant_folding import ConstantFolding
 from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
 from pplpy.optimizer.passes.fold_into_conv import FoldIntoConv, FoldIntoGemm
+from pplpy.optimizer.passes.fuse_matmul_bias import FuseMatMulBias
+from pplpy.optimizer.passes.recognize_attention import RecognizeAttention
+from pplpy.optimizer.passes.recognize_gelu import RecognizeGelu
+from pplpy.optimizer.passes.recognize_layer_norm import RecognizeLayerNorm
 
 PASSES = {
     cls.name: cls
@@ -47,6 +51,10 @@ PASSES = {
         ConstantFolding,
         FoldIntoConv,
         FoldIntoGemm,
+        RecognizeGelu,
+        RecognizeLayerNorm,
+        RecognizeAttention,
+        FuseMatMulBias,
     )
 }
 
@@ -92,6 +100,12 @@ DEFAULT_PIPELINE = (
     # DCE before folding: never compute constants nobody reads.
     P("remove_inference_dropout", dce_after=True),
     P("constant_folding", "fixed_point", dce_after=True),
+    # Decomposed activations, norms and attention back to one op each (oneDNN Graph-style
+    # patterns, reference/004); after folding, whose constants (sqrt(2), eps, gamma) they
+    # match.  Attention after the norms: the Q/K/V projections it reads are then settled.
+    P("recognize_gelu", dce_after=True, modes=("fusion",)),
+    P("recognize_layer_norm", dce_after=True, modes=("fusion",)),
+    P("recognize_attention", dce_after=True, modes=("fusion",)),
     # After constant folding: weights and BatchNormalization statistics built by constant
     # subgraphs are plain constants by now.  A fold can expose another (Conv-BN-Mul), hence
     # fixed point.  Before the engine's post-op fusion, which then finds Conv -> Relu.
@@ -99,6 +113,9 @@ DEFAULT_PIPELINE = (
     # Folding leaves its inputs (shape constants, the weights replaced by folded ones)
     # unread.
     P("fold_into_gemm", "fixed_point", dce_after=True, modes=("fusion",)),
+    # The 3-D projections fold_into_gemm leaves as MatMul + Add: one node, so the engine can
+    # fuse the activation after them.
+    P("fuse_matmul_bias", dce_after=True, modes=("fusion",)),
 )
 
 
