@@ -41,11 +41,11 @@ class FuseMatMulBias(PatternRule):
                 continue
             a, w = matmul.inputs
             weight = graph.constants.get(w)
-            a_dims, out_dims = dims_of(graph, a), dims_of(graph, add.outputs[0])
+            a_dims = dims_of(graph, a)
             if (weight is None or weight.ndim != 2 or a_dims is None or len(a_dims) < 3
-                    or weight.dtype != np.float32 or not is_float32(graph, a)
-                    or out_dims != dims_of(graph, src)):
+                    or weight.dtype != np.float32 or not is_float32(graph, a)):
                 continue
+            # A bias along the last axis of rank <= A's never changes the product's shape.
             bias = _bias_vector(graph, other(add, src), weight.shape[1], len(a_dims))
             out = add.outputs[0]
             if bias is None or not self.can_replace(graph, [matmul, add], out):
