@@ -40,6 +40,10 @@ from pplpy.optimizer.passes.cse import CommonSubexpressionElimination
 from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
 from pplpy.optimizer.passes.expand_to_broadcast import ExpandToBroadcast
 from pplpy.optimizer.passes.fold_into_conv import FoldIntoBatchNorm, FoldIntoConv, FoldIntoGemm
+from pplpy.optimizer.passes.fuse_matmul_bias import FuseMatMulBias
+from pplpy.optimizer.passes.recognize_attention import RecognizeAttention
+from pplpy.optimizer.passes.recognize_gelu import RecognizeGelu
+from pplpy.optimizer.passes.recognize_layer_norm import RecognizeLayerNorm
 from pplpy.optimizer.passes.reduce_mean_to_pool import ReduceMeanToGlobalPool
 from pplpy.optimizer.passes.relu_maxpool import SwapReluMaxPool
 from pplpy.optimizer.passes.reshape_cast_chains import MergeReshapes, SimplifyCasts
@@ -66,6 +70,10 @@ PASSES = {
         FoldIntoBatchNorm,
         FoldIntoConv,
         FoldIntoGemm,
+        RecognizeGelu,
+        RecognizeLayerNorm,
+        RecognizeAttention,
+        FuseMatMulBias,
     )
 }
 
@@ -125,6 +133,13 @@ DEFAULT_PIPELINE = (
     P("swap_relu_maxpool"),
     # oneDNN Graph-style recognition of multi-node spellings as one op (reference/004).
     P("recognize_channel_shuffle", dce_after=True),
+    # Decomposed activations, norms and attention back to one op each (oneDNN Graph-style
+    # patterns, reference/004); after folding, whose constants (sqrt(2), eps, gamma) they
+    # match.  recognize_attention is left out: pplpy's Attention kernel is slower than
+    # MatMul/Softmax/MatMul today (2x at S=128, 9x at S=512, one thread); add
+    # {pass: recognize_attention, dce_after: true, modes: [fusion]} after these to use it.
+    P("recognize_gelu", dce_after=True, modes=("fusion",)),
+    P("recognize_layer_norm", dce_after=True, modes=("fusion",)),
     P("fold_into_batchnorm", "fixed_point", modes=("fusion",)),
     # After constant folding: weights and BatchNormalization statistics built by constant
     # subgraphs are plain constants by now.  A fold can expose another (Conv-BN-Mul), hence
@@ -133,6 +148,9 @@ DEFAULT_PIPELINE = (
     # Folding leaves its inputs (shape constants, the weights replaced by folded ones)
     # unread.
     P("fold_into_gemm", "fixed_point", dce_after=True, modes=("fusion",)),
+    # The 3-D projections fold_into_gemm leaves as MatMul + Add: one node, so the engine can
+    # fuse the activation after them.
+    P("fuse_matmul_bias", dce_after=True, modes=("fusion",)),
 )
 
 

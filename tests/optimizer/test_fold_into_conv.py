@@ -248,13 +248,14 @@ def test_matmul_add_becomes_gemm_and_relu_fuses(save_model):
 
 
 def test_batched_matmul_keeps_the_add_but_fuses_relu(save_model):
-    """A 3-D A: Mul folds into B, the Add stays (Gemm is 2-D); MatMul -> Relu fuses."""
+    """A 3-D A: Mul folds into B, the Add is not a Gemm's C (Gemm is 2-D): fuse_matmul_bias
+    makes the pair one MatMulBias; MatMul -> Relu fuses."""
     inits = {"B": rand(16, 10), "bias": rand(10), "s": rand(10)}
     m = model([helper.make_node("MatMul", ["x", "B"], ["mm"]),
                helper.make_node("Mul", ["mm", "s"], ["ms"]),
                helper.make_node("Add", ["ms", "bias"], ["y"])], inits, [("x", [2, 4, 16])])
     graph, _ = rewrites(save_model, m)
-    assert [n.op_type for n in graph.nodes] == ["MatMul", "Add"]
+    assert [n.op_type for n in graph.nodes] == ["MatMulBias"]
     check(save_model, m, {"x": rand(2, 4, 16)})
     m = model([helper.make_node("MatMul", ["x", "B"], ["mm"]),
                helper.make_node("Sigmoid", ["mm"], ["y"])], inits, [("x", [2, 4, 16])])

@@ -18,7 +18,7 @@ from pplpy.common.data_type import DataType
 
 # MatMul: every shape (batched, 1-D operands) runs on the gemm step, whose epilogue applies
 # the post-op to each batch entry.
-FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm"), ("", "MatMul")}
+FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm"), ("", "MatMul"), ("pplpy", "MatMulBias")}
 MAX_POST_OPS = 1  # the conv and gemm epilogues apply one eltwise post-op today
 
 

@@ -1,0 +1,194 @@
+"""Scaled dot-product attention, as the PyTorch exporter writes it, to one Attention node.
+
+    s = MatMul(Q, K^T) [* c | / c] [+ mask | Where(cond, s, fill) ...]
+    Y = MatMul(Softmax(s, axis=-1), V)          ==>  Y = Attention(Q, K, V, mask, scale)
+
+with Q (B, H, Sq, d), K^T (B, H, d, Skv), V (B, H, Skv, dv) all 4-D, B and H the same for
+the three (no broadcasting between them), and the scale a scalar constant on the scores
+or on Q and K^T before the product (their product is the attribute).  pplpy's Attention
+(opset 23) is a flash-style kernel that never writes the Sq x Skv score matrix, where the
+decomposed form writes it three times.  The exporter's Reshape/Transpose of Q, K and V stay:
+the 4-D (B, H, S, d) form reads them as they are.  K comes from K^T: when K^T is a
+Transpose, its input read through one Transpose (none when that is the identity), else a
+Transpose of K^T.
+
+Masks apply after the scale, each broadcasting to (B, H, Sq, Skv) with exactly Skv keys
+(the Attention mask is padded, not broadcast, along the keys).  One additive float mask is
+passed as is; one Where(cond, s, -inf) passes cond as the boolean mask; otherwise the masks
+are combined into one additive mask (Where(cond, mask, fill), Add).  A Where fill must be
+-inf or at most -1e30 (PyTorch's finfo.min): then s + fill == fill in float32 for every
+score below 1e22 in magnitude, so the additive form gives the same probabilities.
+
+Not in the default pipeline yet: measured on one thread, pplpy's Attention kernel takes 2x
+(S=128) to 9x (S=512) the time of the MatMul/Softmax/MatMul it replaces; a pipeline that
+lists it (``pplnn --passes``) gets the fused node.
+"""
+
+import math
+
+import numpy as np
+
+from pplpy.optimizer.passes.pattern_rule import (
+    PatternRule,
+    dims_of,
+    is_float32,
+    only_reader,
+    producer,
+    scalar,
+    scaling,
+    same_dim,
+)
+from pplpy.params.onnx import AttentionParam, TransposeParam
+
+ATTENTION_OPSET = 23
+WHERE_OPSET = 16
+ADD_OPSET = 14
+TRANSPOSE_OPSET = 13
+HUGE_FILL = -1e30  # a Where fill at most this is the same as adding it (see above)
+MAX_MASKS = 4
+
+
+def _mask_fits(mask_dims, scores_dims):
+    """A mask of ``mask_dims`` broadcasts to the scores without growing them, and has
+    exactly their key count."""
+    if mask_dims is None or not 1 <= len(mask_dims) <= 4:
+        return False
+    full = (1,) * (4 - len(mask_dims)) + tuple(mask_dims)
+    return same_dim(full[3], scores_dims[3]) and all(
+        d == 1 or same_dim(d, s) for d, s in zip(full[:3], scores_dims[:3]))
+
+
+def _masks(graph, node, scores_dims, masks):
+    """If ``node`` applies a mask to the scores, append it to ``masks`` (nearest the
+    softmax first) and return the scores it reads; else None.  A mask is ("add", name) or
+    ("where", cond, fill, keep) with keep True when cond True keeps the score."""
+    if node.op_type == "Add":
+        for s, m in (node.inputs, node.inputs[::-1]):
+            if (dims_of(graph, s) == scores_dims and is_float32(graph, m)
+                    and _mask_fits(dims_of(graph, m), scores_dims)):
+                masks.append(("add", m))
+                return s
+        return None
+    if node.op_type == "Where":
+        cond, a, b = node.inputs
+        for s, f, keep in ((a, b, True), (b, a, False)):
+            fill = scalar(graph, f)
+            if (fill is not None and fill <= HUGE_FILL and dims_of(graph, s) == scores_dims
+                    and _mask_fits(dims_of(graph, cond), scores_dims)):
+                masks.append(("where", cond, fill, keep))
+                return s
+    return None
+
+
+def _peel_scale(graph, name, matched):
+    """(source, factor): ``name`` with the scalar Mul / Div in front of it that only this
+    path reads removed (those nodes appended to ``matched``)."""
+    factor = 1.0
+    while True:
+        s = scaling(graph, producer(graph, name, "Mul", "Div"))
+        if s is None or len(set(graph.consumers(name))) != 1 or graph.is_graph_output(name):
+            return name, factor
+        matched.append(graph.producer(name))
+        name, factor = s[0], factor * s[1]
+
+
+class RecognizeAttention(PatternRule):
+    """MatMul/scale/mask/Softmax/MatMul to Attention; anchored on the Softmax."""
+
+    name = "recognize_attention"
+    op_types = {("", "Softmax")}
+
+    def apply(self, graph, softmax, ctx):
+        scores_dims = dims_of(graph, softmax.inputs[0])
+        if scores_dims is None or len(scores_dims) != 4 or softmax.param.axis % 4 != 3:
+            return False
+        pv = only_reader(graph, softmax.outputs[0], "MatMul")
+        if pv is None or pv.inputs[0] != softmax.outputs[0]:
+            return False
+        matched, masks = [softmax, pv], []
+        name, scale, scaled = softmax.inputs[0], 1.0, False
+        while True:  # back from the softmax: masks, then scales, then the product
+            node = graph.producer(name)
+            if node is None or node.domain != "" or len(matched) > 8 + MAX_MASKS:
+                return False
+            if node.op_type == "MatMul":
+                break
+            s = scaling(graph, node)
+            if s is not None:
+                name, scale, scaled = s[0], scale * s[1], True
+            elif scaled:
+                return False  # a mask before the scale: softmax((s + m) * c) differs
+            else:
+                name = _masks(graph, node, scores_dims, masks)
+                if name is None:
+                    return False
+            matched.append(node)
+        qk = node
+        matched.append(qk)
+        q, q_scale = _peel_scale(graph, qk.inputs[0], matched)
+        kt, k_scale = _peel_scale(graph, qk.inputs[1], matched)
+        v = pv.inputs[1]
+        qd, ktd, vd = dims_of(graph, q), dims_of(graph, kt), dims_of(graph, v)
+        if qd is None or ktd is None or vd is None or not len(qd) == len(ktd) == len(vd) == 4:
+            return False
+        if not all(same_dim(qd[i], ktd[i]) and same_dim(qd[i], vd[i]) for i in (0, 1)):
+            return False  # batch or heads broadcast between Q, K, V
+        if not same_dim(ktd[3], vd[2]) or not all(is_float32(graph, n) for n in (q, kt, v)):
+            return False
+        scale *= q_scale * k_scale
+        if not math.isfinite(scale) or scale == 0.0:
+            return False
+
+        out = pv.outputs[0]
+        if not self.can_replace(graph, matched, out):
+            return False
+        new_nodes = []
+        k = self._untransposed(graph, kt, new_nodes)
+        mask = self._one_mask(graph, masks[::-1], new_nodes)
+        inputs = [q, k, v] + ([mask] if mask else [])
+        new_nodes.append(self.new_node(graph, "Attention", ATTENTION_OPSET, inputs, [out],
+                                       AttentionParam(scale=float(scale))))
+        what = "Attention" + (f" with {len(masks)} mask(s)" if masks else "")
+        return self.replace(graph, matched, out, new_nodes, what)
+
+    def _untransposed(self, graph, kt, new_nodes):
+        """K (B, H, Skv, d) from K^T: the transpose of K^T's Transpose input, or of K^T."""
+        src, perm = kt, (0, 1, 3, 2)
+        t = producer(graph, kt, "Transpose")
+        if t is not None and t.param.perm is not None and len(t.param.perm) == 4:
+            p = tuple(t.param.perm)
+            src, perm = t.inputs[0], (p[0], p[1], p[3], p[2])
+        if perm == (0, 1, 2, 3):
+            return src
+        node = self.new_node(graph, "Transpose", TRANSPOSE_OPSET, [src], None,
+                             TransposeParam(perm=perm))
+        new_nodes.append(node)
+        return node.outputs[0]
+
+    def _one_mask(self, graph, masks, new_nodes):
+        """One Attention mask for ``masks`` (in the order they apply), or None for none."""
+        if not masks:
+            return None
+        if len(masks) == 1:
+            if masks[0][0] == "add":
+                return masks[0][1]
+            _, cond, fill, keep = masks[0]
+            if fill == -math.inf and keep:
+                return cond  # boolean: True attends
+        acc = None
+        for mask in masks:
+            if mask[0] == "add":
+                if acc is None:
+                    acc = mask[1]
+                    continue
+                node = self.new_node(graph, "Add", ADD_OPSET, [acc, mask[1]], None)
+            else:
+                _, cond, fill, keep = mask
+                f = self.new_constant(graph, "fill", np.float32(fill))
+                kept = acc if acc is not None else self.new_constant(graph, "zero",
+                                                                     np.float32(0.0))
+                node = self.new_node(graph, "Where", WHERE_OPSET,
+                                     [cond, kept, f] if keep else [cond, f, kept], None)
+            new_nodes.append(node)
+            acc = node.outputs[0]
+        return acc
