@@ -22,6 +22,7 @@ from pplpy.params.onnx.layer_norm_param import (
     MeanVarianceNormalizationParam,
     RMSNormalizationParam,
 )
+from pplpy.params.onnx.loss_param import LossParam  # noqa: F401
 from pplpy.params.onnx.movement_param import (
     CastParam,
     DepthToSpaceParam,
