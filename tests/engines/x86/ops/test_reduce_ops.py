@@ -1,8 +1,9 @@
-"""The reductions, ArgMax/ArgMin, CumSum and CumProd through pplpy.load against onnx.reference, at opsets
-on both sides of each change (axes as attribute, then as an input: constant, fed or absent),
-with keepdims, noop_with_empty_axes, negative and empty axes, scalars and empty tensors, under
-every ISA cap and on 1 and 2 threads; N16CX for the squeeze-excite form (ReduceMean over H, W
-with keepdims after a Conv), checked through ``rt.formats``."""
+"""The reductions, ArgMax/ArgMin, CumSum and CumProd through pplpy.load against
+onnx.reference, at opsets on both sides of each change (axes as attribute, then as an input:
+constant, fed or absent), with keepdims, noop_with_empty_axes, negative and empty axes, scalars
+and empty tensors, under every ISA cap and on 1 and 2 threads; the scans in float64 too; N16CX
+for the squeeze-excite form (ReduceMean over H, W with keepdims after a Conv), checked through
+``rt.formats``."""
 
 import numpy as np
 import onnx
