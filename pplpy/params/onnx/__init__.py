@@ -11,7 +11,7 @@ from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam
 from pplpy.params.onnx.conv_param import ConvParam
 from pplpy.params.onnx.conv_transpose_param import ConvTransposeParam, LpPoolParam, MaxUnpoolParam  # noqa: F401,E501
 from pplpy.params.onnx.gemm_param import GemmParam
-from pplpy.params.onnx.indexing_param import GatherParam, ShapeParam, SliceParam, SqueezeParam
+from pplpy.params.onnx.indexing_param import CompressParam, GatherParam, ShapeParam, SliceParam, SqueezeParam  # noqa: F401,E501
 from pplpy.params.onnx.layer_norm_param import (
     CoercedAxisParam,
     GroupNormalizationParam,
@@ -23,6 +23,7 @@ from pplpy.params.onnx.layer_norm_param import (
     MeanVarianceNormalizationParam,
     RMSNormalizationParam,
 )
+from pplpy.params.onnx.loss_param import LossParam  # noqa: F401
 from pplpy.params.onnx.movement_param import (
     CastParam,
     DepthToSpaceParam,

@@ -1,5 +1,5 @@
 """Attributes of the ops that pick parts of a tensor or of its shape: Shape, Gather,
-Squeeze and Slice."""
+Compress, Squeeze and Slice."""
 
 from dataclasses import dataclass
 
@@ -16,6 +16,11 @@ class ShapeParam:
 @dataclass(frozen=True, slots=True)
 class GatherParam:
     axis: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompressParam:
+    axis: int | None = None  # None: select from the flattened input
 
 
 @dataclass(frozen=True, slots=True)

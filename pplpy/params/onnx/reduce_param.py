@@ -1,4 +1,4 @@
-"""Attributes of the reductions, ArgMax/ArgMin and CumSum (ONNX names and defaults)."""
+"""Attributes of the reductions, ArgMax/ArgMin, CumSum and CumProd (ONNX names and defaults)."""
 
 from dataclasses import dataclass
 
@@ -30,5 +30,7 @@ class ArgReduceParam:
 
 @dataclass(frozen=True, slots=True)
 class CumSumParam:
+    """CumSum, and CumProd, which takes the same attributes."""
+
     exclusive: int = 0
     reverse: int = 0

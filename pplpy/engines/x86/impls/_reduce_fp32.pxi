@@ -1,11 +1,12 @@
-# Reductions, ArgMax/ArgMin and CumSum as steps of the compiled run plan.
+# Reductions, ArgMax/ArgMin, CumSum and CumProd as steps of the compiled run plan.
 #
 # Written once and included by _reduce_fp32_{avx512,fma,sse}.pyx, so each tier gets its own
 # vector code.
 #
 #     make_reduce_step(kind, dtype, x, y, dims, mask=, axes=, n_axes=, noop=)
 #     make_arg_step(dtype, x, y, outer, R, inner, is_max, last)     ArgMax / ArgMin
-#     make_cumsum_step(dtype, x, y, dims, axis=, axis_address=, axis_is64=, exclusive, reverse)
+#     make_cumulative_step(op, dtype, x, y, dims, axis=, axis_address=, axis_is64=, exclusive,
+#                          reverse)                                    CumSum / CumProd
 #
 # The geometry of a reduction.  Size-1 dims are dropped and adjacent dims that are both
 # reduced or both kept are merged, leaving alternating groups.  The last kept group, when it
@@ -763,7 +764,24 @@ def arg_reduce(x, int axis, bint is_max, bint last=False, int num_threads=1):
 
 
 # ---------------------------------------------------------------------------------------
-# CumSum along one axis: x viewed as (outer, L, inner); the axis may be read at run time.
+# CumSum and CumProd along one axis: x viewed as (outer, L, inner); the axis may be read at
+# run time.  One loop serves both: ``op`` picks the combination (and its identity, the
+# value an exclusive scan starts from).  float64 is taken here (and nowhere else in this
+# family): a scan is computed in its input's type, and ONNX's own cases use float64.
+
+CUM_OPS = {"sum": 0, "prod": 1}
+
+cdef enum:
+    CUM_SUM = 0
+    CUM_PROD = 1
+    DT_F64 = 4
+
+ctypedef fused cum_t:
+    float
+    double
+    int32_t
+    int64_t
+
 
 cdef struct CumArgs:
     const void *x
@@ -774,14 +792,17 @@ cdef struct CumArgs:
     const void *axis_ptr        # NULL: use axis
     int axis_is64
     int exclusive, reverse
+    int op                      # CUM_SUM or CUM_PROD
 
 
-cdef void _cum_run(const num_t *x, num_t *y, const CumArgs *a, int tid,
+cdef void _cum_run(const cum_t *x, cum_t *y, const CumArgs *a, int tid,
                    int nthreads) noexcept nogil:
-    cdef num_t acc[TILE]
+    cdef cum_t acc[TILE]
+    cdef cum_t ident = 1 if a.op == CUM_PROD else 0
     cdef Py_ssize_t outer = 1, L = 1, inner = 1, tiles, b, e, it, o, c0, w, k, r, j, off
     cdef int64_t axis = a.axis
     cdef int i
+    cdef bint prod = a.op == CUM_PROD
     if a.axis_ptr != NULL:
         axis = (<const int64_t *>a.axis_ptr)[0] if a.axis_is64 else \
             (<const int32_t *>a.axis_ptr)[0]
@@ -803,23 +824,32 @@ cdef void _cum_run(const num_t *x, num_t *y, const CumArgs *a, int tid,
         c0 = (it % tiles) * TILE
         w = min(<Py_ssize_t>TILE, inner - c0)
         for j in range(w):
-            acc[j] = 0
+            acc[j] = ident
         for k in range(L):
             r = L - 1 - k if a.reverse else k
             off = (o * L + r) * inner + c0
             if a.exclusive:
                 for j in range(w):
                     y[off + j] = acc[j]
-                    acc[j] = acc[j] + x[off + j]
+            if prod:
+                for j in range(w):
+                    acc[j] = acc[j] * x[off + j]
             else:
                 for j in range(w):
                     acc[j] = acc[j] + x[off + j]
+            if not a.exclusive:
+                for j in range(w):
                     y[off + j] = acc[j]
 
 
 cdef void _cum_f32_step(const void *p, int tid, int nthreads) noexcept nogil:
     cdef const CumArgs *a = <const CumArgs *>p
     _cum_run(<const float *>a.x, <float *>a.y, a, tid, nthreads)
+
+
+cdef void _cum_f64_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const CumArgs *a = <const CumArgs *>p
+    _cum_run(<const double *>a.x, <double *>a.y, a, tid, nthreads)
 
 
 cdef void _cum_i32_step(const void *p, int tid, int nthreads) noexcept nogil:
@@ -832,14 +862,17 @@ cdef void _cum_i64_step(const void *p, int tid, int nthreads) noexcept nogil:
     _cum_run(<const int64_t *>a.x, <int64_t *>a.y, a, tid, nthreads)
 
 
-def make_cumsum_step(int dtype, size_t x, size_t y, dims, int axis=0, size_t axis_address=0,
-                     bint axis_is64=True, bint exclusive=False, bint reverse=False, keep=None):
-    """y = cumulative sum of x along ``axis`` (or the int32/int64 scalar at
-    ``axis_address``, read when the step runs); ``exclusive`` leaves out x itself,
-    ``reverse`` sums from the end."""
+def make_cumulative_step(int op, int dtype, size_t x, size_t y, dims, int axis=0,
+                         size_t axis_address=0, bint axis_is64=True, bint exclusive=False,
+                         bint reverse=False, keep=None):
+    """y = running sum (``op`` CUM_OPS["sum"]) or product (CUM_OPS["prod"]) of x along
+    ``axis`` (or the int32/int64 scalar at ``axis_address``, read when the step runs);
+    ``exclusive`` leaves out x itself, ``reverse`` runs from the end."""
     dims = [int(d) for d in dims]
+    if op not in (CUM_SUM, CUM_PROD):
+        raise ValueError(f"scan op code {op}: expected one of {CUM_OPS}")
     if not 1 <= len(dims) <= MAXD:
-        raise ValueError(f"rank {len(dims)}: CumSum handles 1 to {MAXD} dims")
+        raise ValueError(f"rank {len(dims)}: CumSum/CumProd handle 1 to {MAXD} dims")
     if axis_address == 0 and not -len(dims) <= axis < len(dims):
         raise ValueError(f"axis {axis} is out of range for rank {len(dims)}")
     if x == 0 or y == 0:
@@ -850,12 +883,15 @@ def make_cumsum_step(int dtype, size_t x, size_t y, dims, int axis=0, size_t axi
     cdef Step step
     if dtype == DT_F32:
         step = new_step(_cum_f32_step, sizeof(CumArgs), size >= PARALLEL_MIN, keep)
+    elif dtype == DT_F64:
+        step = new_step(_cum_f64_step, sizeof(CumArgs), size >= PARALLEL_MIN, keep)
     elif dtype == DT_I32:
         step = new_step(_cum_i32_step, sizeof(CumArgs), size >= PARALLEL_MIN, keep)
     elif dtype == DT_I64:
         step = new_step(_cum_i64_step, sizeof(CumArgs), size >= PARALLEL_MIN, keep)
     else:
-        raise ValueError(f"element type code {dtype}: CumSum takes float32, int32, int64")
+        raise ValueError(f"element type code {dtype}: CumSum/CumProd take float32, float64, "
+                         f"int32, int64")
     cdef CumArgs *args = <CumArgs *>step.args
     cdef int k
     args.x = <const void *>x
@@ -868,17 +904,28 @@ def make_cumsum_step(int dtype, size_t x, size_t y, dims, int axis=0, size_t axi
     args.axis_is64 = axis_is64
     args.exclusive = exclusive
     args.reverse = reverse
-    step.label = "cumsum"
+    args.op = op
+    step.label = "cumprod" if op == CUM_PROD else "cumsum"
     return step
+
+
+def _cumulative(int op, x, int axis, bint exclusive, bint reverse, int num_threads):
+    x = np.ascontiguousarray(x)
+    y = np.empty_like(x)
+    dtype = DT_F64 if x.dtype == np.float64 else DTYPES[x.dtype]
+    if x.size:
+        step = make_cumulative_step(op, dtype, x.__array_interface__["data"][0],
+                                    y.__array_interface__["data"][0], x.shape, axis,
+                                    exclusive=exclusive, reverse=reverse, keep=(x, y))
+        run_steps([step], num_threads)
+    return y
 
 
 def cumsum(x, int axis, bint exclusive=False, bint reverse=False, int num_threads=1):
     """Test wrapper: ONNX CumSum of x along ``axis``."""
-    x = np.ascontiguousarray(x)
-    y = np.empty_like(x)
-    if x.size:
-        step = make_cumsum_step(DTYPES[x.dtype], x.__array_interface__["data"][0],
-                                y.__array_interface__["data"][0], x.shape, axis,
-                                exclusive=exclusive, reverse=reverse, keep=(x, y))
-        run_steps([step], num_threads)
-    return y
+    return _cumulative(CUM_SUM, x, axis, exclusive, reverse, num_threads)
+
+
+def cumprod(x, int axis, bint exclusive=False, bint reverse=False, int num_threads=1):
+    """Test wrapper: ONNX CumProd of x along ``axis``."""
+    return _cumulative(CUM_PROD, x, axis, exclusive, reverse, num_threads)

@@ -1,7 +1,7 @@
 """The reduce_fp32 kernels of every ISA variant against numpy: every reduction kind over
 random shapes and axis sets (adjacent and not, negative, none, all), as a mask fixed when the
 step is made and as an axes tensor read when it runs, on 1 and 2 threads; integer and bool
-kinds; the accuracy of long float sums; ArgMax/ArgMin and CumSum."""
+kinds; the accuracy of long float sums; ArgMax/ArgMin, CumSum and CumProd."""
 
 import numpy as np
 import pytest
@@ -184,19 +184,27 @@ def test_arg_reduce_matches_numpy(variant, dtype, is_max, last, threads):
             np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
 @pytest.mark.parametrize("exclusive", [False, True])
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_cumsum_matches_numpy(variant, dtype, exclusive, reverse, threads):
+@pytest.mark.parametrize("scan", ["sum", "prod"])
+def test_scans_match_numpy(variant, scan, dtype, exclusive, reverse, threads):
+    # Running products stay exact: values in {-1, 1, 2} for float64 (2**700 is in range),
+    # {-1, 1} for the other types (no overflow).
+    values = np.array([-1, 1, 2], dtype) if scan == "prod" else np.arange(-9, 9, dtype=dtype)
+    combine = np.cumsum if scan == "sum" else np.cumprod
     for shape in [(9,), (4, 5), (3, 200, 5), (100, 700)]:
-        x = RNG.integers(-9, 9, shape).astype(dtype)
+        x = RNG.choice(values, shape)
+        if scan == "prod" and dtype != np.float64:
+            x = np.where(x == 2, 1, x).astype(dtype)
         for axis in range(-len(shape), len(shape)):
-            got = variant.cumsum(x, axis, exclusive, reverse, threads)
+            got = getattr(variant, "cum" + scan)(x, axis, exclusive, reverse, threads)
             src = np.flip(x, axis) if reverse else x
-            want = np.cumsum(src, axis=axis, dtype=dtype)
-            if exclusive:
-                want = want - src
+            want = combine(src, axis=axis, dtype=dtype)
+            if exclusive:  # shift by one along the axis, starting from the identity
+                first = np.full_like(np.take(src, [0], axis=axis), 0 if scan == "sum" else 1)
+                want = np.concatenate([first, np.delete(want, -1, axis=axis)], axis=axis)
             if reverse:
                 want = np.flip(want, axis)
             np.testing.assert_array_equal(got, want)

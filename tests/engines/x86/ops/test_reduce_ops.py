@@ -1,8 +1,9 @@
-"""The reductions, ArgMax/ArgMin and CumSum through pplpy.load against onnx.reference, at opsets
-on both sides of each change (axes as attribute, then as an input: constant, fed or absent),
-with keepdims, noop_with_empty_axes, negative and empty axes, scalars and empty tensors, under
-every ISA cap and on 1 and 2 threads; N16CX for the squeeze-excite form (ReduceMean over H, W
-with keepdims after a Conv), checked through ``rt.formats``."""
+"""The reductions, ArgMax/ArgMin, CumSum and CumProd through pplpy.load against
+onnx.reference, at opsets on both sides of each change (axes as attribute, then as an input:
+constant, fed or absent), with keepdims, noop_with_empty_axes, negative and empty axes, scalars
+and empty tensors, under every ISA cap and on 1 and 2 threads; the scans in float64 too; N16CX
+for the squeeze-excite form (ReduceMean over H, W with keepdims after a Conv), checked through
+``rt.formats``."""
 
 import numpy as np
 import onnx
@@ -17,7 +18,8 @@ from pplpy.common.data_format import DataFormat
 
 RNG = np.random.default_rng(23)
 FLOAT, INT32, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL
-NP = {FLOAT: np.float32, INT32: np.int32, INT64: np.int64, BOOL: np.bool_}
+DOUBLE = TensorProto.DOUBLE
+NP = {FLOAT: np.float32, INT32: np.int32, INT64: np.int64, BOOL: np.bool_, DOUBLE: np.float64}
 
 # op -> first opset with axes as an input
 REDUCE_OPS = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceMin": 18,
@@ -262,13 +264,25 @@ def test_arg_reductions(op, opset, elem, isa, tmp_path):
                         _check(model, {"x": x}, isa, threads, tmp_path)
 
 
-# -- CumSum ------------------------------------------------------------------------------
+# -- CumSum and CumProd --------------------------------------------------------------------
+
+
+def _scan_data(op, shape, elem):
+    """Values whose running products stay representable (exact for the integer types)."""
+    if op == "CumProd":
+        if elem in (FLOAT, DOUBLE):
+            return (1 + 0.05 * RNG.standard_normal(shape)).astype(NP[elem])
+        return RNG.choice(np.array([-1, 1, 1, 1, 0], NP[elem]), shape)
+    if elem in (FLOAT, DOUBLE):
+        return RNG.standard_normal(shape).astype(NP[elem])
+    return RNG.integers(-9, 9, shape).astype(NP[elem])
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("elem", [FLOAT, INT32, INT64])
+@pytest.mark.parametrize("op,opset", [("CumSum", 14), ("CumProd", 26)])
+@pytest.mark.parametrize("elem", [FLOAT, DOUBLE, INT32, INT64])
 @pytest.mark.parametrize("axis_form", ["constant", "fed32", "fed64"])
-def test_cumsum(elem, axis_form, isa, tmp_path):
+def test_scan(op, opset, elem, axis_form, isa, tmp_path):
     for threads in (1, 2):
         for shape in [(7,), (3, 4), (2, 300, 130)]:
             for axis in range(-len(shape), len(shape)):
@@ -281,16 +295,14 @@ def test_cumsum(elem, axis_form, isa, tmp_path):
                             inits.append(numpy_helper.from_array(np.int64(axis), "axis"))
                         else:
                             inputs.append(helper.make_tensor_value_info("axis", axis_type, []))
-                        node = helper.make_node("CumSum", ["x", "axis"], ["y"],
+                        node = helper.make_node(op, ["x", "axis"], ["y"],
                                                 exclusive=exclusive, reverse=reverse)
                         graph = helper.make_graph(
-                            [node], "cumsum", inputs,
+                            [node], "scan", inputs,
                             [helper.make_tensor_value_info("y", elem, None)], inits)
                         model = helper.make_model(
-                            graph, opset_imports=[helper.make_opsetid("", 14)])
-                        x = (RNG.integers(-9, 9, shape).astype(NP[elem]) if elem != FLOAT
-                             else RNG.standard_normal(shape).astype(np.float32))
-                        feeds = {"x": x}
+                            graph, opset_imports=[helper.make_opsetid("", opset)])
+                        feeds = {"x": _scan_data(op, shape, elem)}
                         if axis_form != "constant":
                             feeds["axis"] = np.asarray(axis, NP[axis_type])
                         _check(model, feeds, isa, threads, tmp_path, rtol=1e-4, atol=1e-4)

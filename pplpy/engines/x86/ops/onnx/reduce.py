@@ -1,5 +1,6 @@
 """Op contexts of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
-ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp), ArgMax/ArgMin and CumSum.
+ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp), ArgMax/ArgMin, CumSum and
+CumProd.
 
 Reduce* take ``axes`` as an attribute until ReduceSum-13 / the others' opset 18, then as an
 optional int64 input (a value input: its value decides the output shape); no axes means every
@@ -27,7 +28,10 @@ from pplpy.params.onnx import ArgReduceParam, CumSumParam, ReduceAxesInputParam,
 _FAMILY = "reduce_fp32"
 _FLOAT = (DataType.FLOAT32,)
 _NUMERIC = (DataType.FLOAT32, DataType.INT32, DataType.INT64)
-_DT_CODES = {DataType.FLOAT32: 0, DataType.INT32: 1, DataType.INT64: 2, DataType.BOOL: 3}
+_DT_CODES = {DataType.FLOAT32: 0, DataType.INT32: 1, DataType.INT64: 2, DataType.BOOL: 3,
+             DataType.FLOAT64: 4}
+# The scans compute in their input's type, float64 included (ONNX's own cases use it).
+_SCAN_TYPES = (DataType.FLOAT32, DataType.FLOAT64, DataType.INT32, DataType.INT64)
 _MAX_RANK = 16
 
 
@@ -298,7 +302,9 @@ class ArgMinOp(ArgReduceOp):
 # ---------------------------------------------------------------------------------------
 
 
-class CumSumKernel(X86Kernel):
+class CumulativeKernel(X86Kernel):
+    """CumSum or CumProd (the op context's ``scan``) as one step of the shared scan loop."""
+
     def make_step(self, io):
         if not self.has_work(io):
             return None
@@ -310,18 +316,20 @@ class CumSumKernel(X86Kernel):
         else:
             kwargs["axis_address"] = axis.address
             kwargs["axis_is64"] = axis.shape.data_type is DataType.INT64
-        return self.impl(_FAMILY).make_cumsum_step(
-            _DT_CODES[x.shape.data_type], x.address, y.address, x.shape.dims,
-            exclusive=bool(self.param.exclusive), reverse=bool(self.param.reverse),
+        impl = self.impl(_FAMILY)
+        return impl.make_cumulative_step(
+            impl.CUM_OPS[self.op.scan], _DT_CODES[x.shape.data_type], x.address, y.address,
+            x.shape.dims, exclusive=bool(self.param.exclusive), reverse=bool(self.param.reverse),
             keep=(x.array, y.array, axis.array), **kwargs)
 
 
-@op("", "CumSum", since=11, param=CumSumParam)
-class CumSumOp(X86OptKernel):
-    """y[..., i, ...] = sum of x[..., j, ...] for j <= i along axis (j < i when exclusive;
-    from the end when reverse)."""
+class CumulativeOp(X86OptKernel):
+    """A running combination along the axis given as input 1 (an int32/int64 scalar):
+    y[..., i, ...] = x[..., j, ...] combined over j <= i (j < i when exclusive; from the end
+    when reverse); ``scan`` names the combination."""
 
-    supported_types = _NUMERIC
+    scan = None
+    supported_types = _SCAN_TYPES
     value_inputs = (1,)
 
     def infer_type(self, in_types):
@@ -335,7 +343,8 @@ class CumSumOp(X86OptKernel):
         shape = in_shapes[0]
         rank = len(shape)
         if rank == 0 or rank > _MAX_RANK:
-            raise self.shape_error(f"CumSum needs rank 1 to {_MAX_RANK}", in_shapes)
+            raise self.shape_error(f"{self.node.op_type} needs rank 1 to {_MAX_RANK}",
+                                   in_shapes)
         value = in_values[1] if len(in_values) > 1 else None
         if value is None:
             raise self.value_required(1, "axis")
@@ -349,4 +358,18 @@ class CumSumOp(X86OptKernel):
         return [tuple(shape)]
 
     def create_kernel(self):
-        return CumSumKernel(self)
+        return CumulativeKernel(self)
+
+
+@op("", "CumSum", since=11, param=CumSumParam)  # 14: bfloat16, float16
+class CumSumOp(CumulativeOp):
+    """y[..., i, ...] = sum of x[..., j, ...] for j <= i along axis."""
+
+    scan = "sum"
+
+
+@op("", "CumProd", since=26, param=CumSumParam)  # CumSum's attributes: exclusive, reverse
+class CumProdOp(CumulativeOp):
+    """y[..., i, ...] = product of x[..., j, ...] for j <= i along axis."""
+
+    scan = "prod"
