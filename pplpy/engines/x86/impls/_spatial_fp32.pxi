@@ -12,7 +12,8 @@
 # they run.  Interpolation is separable: each spatial dim gives a few taps (an index and a
 # weight), and a sample is the tensor product of the taps of its dims.  Every index a step
 # reads is clamped or checked against its dim first, whatever the data holds (NaN, inf,
-# 1e30), so no step reads outside its input: a NaN coordinate gives a NaN sample.
+# 1e30), so no step reads outside its input: a NaN coordinate gives a NaN sample, and so
+# does an infinite one under reflection padding (infinity has no reflection).
 #
 # GridSample follows onnx.reference (which follows PyTorch): the normalised coordinate is
 # mapped to pixels in float32, nearest rounds half to even before the padding mode applies,
