@@ -5,8 +5,8 @@
 #   make_affine_grid_step        grid[n, o] = theta[n] @ (regular grid position of o, 1)
 #   make_col2im_step             y[n, c] = sum of the column blocks of x put back in place
 #   make_deform_sample_step      cols[n, c, k, o] = mask * X[n, c] sampled at the kernel tap k
-#                                of output o moved by its offset (DeformConv, phase 1)
-#   make_deform_gemm_step        y[n, o] = B[o] + W[o] . cols[n, group of o] (phase 2)
+#                                of output o moved by its offset (DeformConv's first phase;
+#                                the GEMM family multiplies W into the columns)
 #
 # The coordinates are data (grid, theta, offsets), so the steps compute every sample when
 # they run.  Interpolation is separable: each spatial dim gives a few taps (an index and a
@@ -36,8 +36,6 @@ cdef enum:
     MAX_TAPS = 64
     # Col2Im folds any rank up to this.
     MAX_RANK = 8
-    # DeformConv's accumulation works on this many output positions at a time.
-    POINT_BLOCK = 256
     NEAREST = 0
     LINEAR = 1
     CUBIC = 2
@@ -368,14 +366,19 @@ cdef struct Col2ImArgs:
 
 
 cdef void _col2im_step(const void* a, int tid, int nthreads) noexcept nogil:
-    """One (n, c) image per item: zero it, then add every column entry where it lands."""
+    """One (n, c) image per item: zero it, then add every column entry where it lands, one
+    row of block positions (the last dim) at a time over the span that lands inside."""
     cdef const Col2ImArgs* p = <const Col2ImArgs*>a
-    cdef Py_ssize_t begin, end, item, k, l, i, rest, off, coord, rank = p.rank
+    cdef Py_ssize_t begin, end, item, k, row, rows, i, j, j0, j1, rest, off, coord
+    cdef Py_ssize_t rank = p.rank, last = p.rank - 1
+    cdef Py_ssize_t width = p.col_dims[last], step = p.strides[last], size = p.image_dims[last]
     cdef Py_ssize_t origin[MAX_RANK]
     cdef Py_ssize_t pos[MAX_RANK]
     cdef bint inside
     cdef const float* src
     cdef float* dst
+    cdef float* line
+    rows = p.cols // width if width > 0 else 0
     ppl_partition(p.planes, tid, nthreads, &begin, &end)
     for item in range(begin, end):
         dst = p.y + item * p.image
@@ -387,19 +390,26 @@ cdef void _col2im_step(const void* a, int tid, int nthreads) noexcept nogil:
                 origin[i] = (rest % p.block[i]) * p.dilations[i] - p.pads[i]
                 rest = rest // p.block[i]
                 pos[i] = 0
+            # Block positions j of a row land at origin + j * step: those in [j0, j1) inside.
+            j0 = 0 if origin[last] >= 0 else (-origin[last] + step - 1) // step
+            j1 = (size - origin[last] + step - 1) // step if size > origin[last] else 0
+            if j1 > width:
+                j1 = width
             src = p.x + (item * p.kernel + k) * p.cols
-            for l in range(p.cols):
+            for row in range(rows):
                 off = 0
                 inside = True
-                for i in range(rank):
+                for i in range(last):
                     coord = origin[i] + pos[i] * p.strides[i]
                     if coord < 0 or coord >= p.image_dims[i]:
                         inside = False
                         break
                     off = off + coord * p.image_strides[i]
                 if inside:
-                    dst[off] = dst[off] + src[l]
-                i = rank - 1
+                    line = dst + off + origin[last]
+                    for j in range(j0, j1):
+                        line[j * step] = line[j * step] + src[row * width + j]
+                i = last - 1
                 while i >= 0:
                     pos[i] = pos[i] + 1
                     if pos[i] < p.col_dims[i]:
@@ -449,7 +459,7 @@ def make_col2im_step(size_t x, size_t y, Py_ssize_t planes, image_shape, block_s
 
 
 # ---------------------------------------------------------------------------------------
-# DeformConv: phase 1 samples the input at the moved kernel taps into columns
+# DeformConv's first phase: the input sampled at the moved kernel taps, as columns
 
 cdef struct DeformSampleArgs:
     const float* x          # (N, C, *dims)
@@ -595,73 +605,4 @@ def make_deform_sample_step(size_t x, size_t offset, size_t mask, size_t cols, x
         args.dilations[i] = dilations[i]
         args.pads[i] = pads[i]
     args.plane = stride
-    return step
-
-
-# ---------------------------------------------------------------------------------------
-# DeformConv: phase 2 multiplies the weights into the columns
-
-cdef struct DeformGemmArgs:
-    const float* w          # (oc, depth)
-    const float* bias       # NULL or (oc,)
-    const float* cols       # (N, group, depth, points)
-    float* y                # (N, oc, points)
-    Py_ssize_t n, oc, group, depth, points, blocks
-
-
-cdef void _deform_gemm_step(const void* a, int tid, int nthreads) noexcept nogil:
-    """One (n, output channel, block of points) per item: y = B + sum_j W[o, j] cols[j]."""
-    cdef const DeformGemmArgs* p = <const DeformGemmArgs*>a
-    cdef Py_ssize_t begin, end, item, b, o, blk, rest, g, j, q, q0, q1
-    cdef Py_ssize_t per_group = p.oc // p.group
-    cdef float wj, init
-    cdef const float* src
-    cdef const float* wrow
-    cdef float* dst
-    ppl_partition(p.n * p.oc * p.blocks, tid, nthreads, &begin, &end)
-    for item in range(begin, end):
-        b = item // (p.oc * p.blocks)
-        rest = item - b * p.oc * p.blocks
-        o = rest // p.blocks
-        blk = rest - o * p.blocks
-        g = o // per_group
-        q0 = blk * POINT_BLOCK
-        q1 = q0 + POINT_BLOCK if q0 + POINT_BLOCK < p.points else p.points
-        dst = p.y + (b * p.oc + o) * p.points
-        init = p.bias[o] if p.bias != NULL else 0
-        for q in range(q0, q1):
-            dst[q] = init
-        wrow = p.w + o * p.depth
-        src = p.cols + (b * p.group + g) * p.depth * p.points
-        for j in range(p.depth):
-            wj = wrow[j]
-            for q in range(q0, q1):
-                dst[q] = dst[q] + wj * src[q]
-            src = src + p.points
-
-
-def make_deform_gemm_step(size_t w, size_t bias, size_t cols, size_t y, Py_ssize_t n,
-                          Py_ssize_t oc, Py_ssize_t group, Py_ssize_t depth,
-                          Py_ssize_t points, keep=None):
-    """Phase 2 of DeformConv: y (n, oc, points) = bias (0 for none, else (oc,)) + W (oc,
-    depth) times cols (n, group, depth, points) of each output channel's group."""
-    if min(n, oc, depth, points) < 0 or group < 1 or oc % group:
-        raise ValueError(f"n {n}, oc {oc}, group {group}, depth {depth}, points {points}: "
-                         f"expected sizes and oc divisible by group")
-    work = n * oc * points
-    if work > 0 and (y == 0 or (depth > 0 and (w == 0 or cols == 0))):
-        raise ValueError("w, cols and y must be valid")
-    cdef Step step = new_step(_deform_gemm_step, sizeof(DeformGemmArgs),
-                              work * depth >= PARALLEL_MIN, keep)
-    cdef DeformGemmArgs* args = <DeformGemmArgs*>step.args
-    args.w = <const float*>w
-    args.bias = <const float*>bias
-    args.cols = <const float*>cols
-    args.y = <float*>y
-    args.n = n if work > 0 else 0
-    args.oc = oc
-    args.group = group
-    args.depth = depth
-    args.points = points
-    args.blocks = (points + POINT_BLOCK - 1) // POINT_BLOCK
     return step

@@ -5,9 +5,10 @@ by offset[n, (g, k, :), o] (g the offset group of the input channel), interpolat
 (multilinear, zeros outside X) and scaled by mask[n, (g, k), o] when a mask is given; then
 the taps are multiplied by W as in a grouped Conv, plus B.  22 only adds bfloat16.
 
-Two compiled steps (``impls/_spatial_fp32.pxi``), a barrier between them: sampling every
-(channel, tap, output point) into a column buffer, then W times the columns of each group.
-1 to 3 spatial dims, float32, NDARRAY.
+Compiled steps, a barrier between them: sampling every (channel, tap, output point) into a
+column buffer (``impls/_spatial_fp32.pxi``), then W times the columns of each (batch entry,
+group) as one batched GEMM (the GEMM family), then B added per output channel (the norm
+family's channel affine).  1 to 3 spatial dims, float32, NDARRAY.
 """
 
 import numpy as np
@@ -37,21 +38,29 @@ class DeformConvKernel(X86Kernel):
         geometry = self.op.geometry([s.shape.dims if s is not None else None
                                      for s in io.inputs])
         n, c = x.shape.dims[:2]
-        oc = w.shape.dims[0]
+        oc, group = w.shape.dims[0], self.param.group
         kernel, points = prod(geometry.kernel), prod(geometry.out)
         cols = np.empty(n * c * kernel * points, np.float32)
-        impl = self.impl(SPATIAL_FAMILY)
         keep = (cols, keep_arrays(io))
-        sample = impl.make_deform_sample_step(
+        steps = [self.impl(SPATIAL_FAMILY).make_deform_sample_step(
             x.address, offset.address, mask.address if mask is not None else 0,
             cols.ctypes.data, tuple(x.shape.dims), geometry.kernel, geometry.out,
             geometry.strides, geometry.dilations, geometry.pads_begin,
-            self.param.offset_group, keep=keep)
-        group = self.param.group
-        multiply = impl.make_deform_gemm_step(
-            w.address, bias.address if bias is not None else 0, cols.ctypes.data, y.address,
-            n, oc, group, c // group * kernel, points, keep=keep)
-        return [sample, multiply]
+            self.param.offset_group, keep=keep)]
+        # Entry (b, g) of a batched GEMM: y[b, rows of group g] = W[rows of g] @ cols[b, g],
+        # (oc / group) x depth times depth x points.
+        rows, depth = oc // group, c // group * kernel
+        entry = np.arange(n * group)
+        steps.append(self.impl("gemm_fp32").make_gemm_step(
+            w.address, cols.ctypes.data, y.address, rows, depth, points, io.num_threads,
+            batch=n * group, a_offsets=entry % group * rows * depth,
+            b_offsets=entry * depth * points, b_packed=False, keep=keep))
+        if bias is not None:
+            ones = np.ones(oc, np.float32)
+            steps.append(self.impl("norm_fp32").make_channel_affine_ndarray_step(
+                y.address, ones.ctypes.data, bias.address, y.address, n, oc, points,
+                keep=(ones, keep)))
+        return steps
 
 
 @op("", "DeformConv", since=19, param=DeformConvParam)
