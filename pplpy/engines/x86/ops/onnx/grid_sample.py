@@ -11,6 +11,7 @@ NDARRAY only.
 
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
+from pplpy.engines.x86.ops.onnx.movement_common import prod
 from pplpy.engines.x86.ops.onnx.shape import keep_arrays
 from pplpy.engines.x86.ops.onnx.spatial_common import SPATIAL_FAMILY, check_float32
 from pplpy.engines.x86.ops.op_context import X86OptKernel
@@ -28,10 +29,10 @@ class GridSampleKernel(X86Kernel):
         if not self.has_work(io):
             return None
         x, grid, y = io.inputs[0], io.inputs[1], io.outputs[0]
-        points = y.shape.element_count // (x.shape.dims[0] * x.shape.dims[1])
         return self.impl(SPATIAL_FAMILY).make_grid_sample_step(
-            x.address, grid.address, y.address, tuple(x.shape.dims), points,
-            self.op.kernel_mode(), self.param.padding_mode, bool(self.param.align_corners), keep=keep_arrays(io))
+            x.address, grid.address, y.address, tuple(x.shape.dims),
+            prod(grid.shape.dims[1:-1]), self.op.kernel_mode(), self.param.padding_mode,
+            bool(self.param.align_corners), keep=keep_arrays(io))
 
 
 @op("", "GridSample", since=16, param=GridSample16Param)
