@@ -44,6 +44,7 @@ class _QuantOp(X86OptKernel):
     data input or None for the output's, name), ``scales`` the float32 scale inputs.
     """
 
+    supported_types = _INT8_TYPES  # of the integer data (checked in infer_type)
     data = ()
     zero_points = ()
     scales = ()
