@@ -59,6 +59,7 @@ from pplpy.params.onnx.signal_param import BitCastParam, DFT17Param, DFTParam, M
 from pplpy.params.onnx.spatial_param import AffineGridParam, CenterCropPadParam, Col2ImParam, DeformConvParam, GridSample16Param, GridSampleParam  # noqa: F401,E501
 from pplpy.params.onnx.tensor_value import TensorValue
 from pplpy.params.onnx.transformer_param import AttentionParam, BernoulliParam, DequantizeLinearParam, EinsumParam, QuantizeLinearParam, RandomNormalLikeParam, RandomNormalParam, RandomUniformLikeParam, RandomUniformParam, RotaryEmbeddingParam  # noqa: F401,E501
+from pplpy.params.onnx.unique_tfidf_param import TfIdfVectorizerParam, UniqueParam  # noqa: F401
 
 __all__ = [
     "AveragePoolParam", "BatchNormalizationParam", "ClipParam", "ConcatParam",

@@ -1,6 +1,7 @@
 # Element-wise kernels as steps of the compiled run plan: activations on flat float32
-# buffers, and broadcasting binary arithmetic (Add, Mul, Sub, Div) for float32, int32 and
-# int64, including Sum's chain of Adds and the per-channel op on N16CX.
+# buffers, and broadcasting binary arithmetic (Add, Mul, Sub, Div) for float32 and every
+# integer type (8 to 64 bits, signed and unsigned), including Sum's chain of Adds and the
+# per-channel op on N16CX.
 #
 # Written once and included by _eltwise_fp32_{avx512,fma,sse}.pyx, which define PPL_VLEN, so
 # each tier gets its own vector code.  Activations are the vector functions of
@@ -23,7 +24,7 @@
 # The Python-visible wrappers below (relu_fp32, binary, ...) build the same steps and run
 # them with run_steps, so tests and the runtime take one code path.
 
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.math cimport NAN
 from libc.string cimport memcpy, memset
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
@@ -69,6 +70,12 @@ cdef enum:
     DT_FLOAT32 = 0
     DT_INT32 = 1
     DT_INT64 = 2
+    DT_INT8 = 3
+    DT_UINT8 = 4
+    DT_INT16 = 5
+    DT_UINT16 = 6
+    DT_UINT32 = 7
+    DT_UINT64 = 8
 
     PASS_BROADCAST = 0
     PASS_CHANNEL = 1
@@ -92,6 +99,12 @@ ctypedef fused num_t:
     float
     int32_t
     int64_t
+    int8_t
+    uint8_t
+    int16_t
+    uint16_t
+    uint32_t
+    uint64_t
 
 
 ctypedef fused int_t:
@@ -211,7 +224,7 @@ def make_int_unary_step(dtype, size_t x, size_t y, Py_ssize_t n, int code):
     """y[i] = |x[i]|, -x[i] or sign(x[i]) (code ABS, NEG or SIGN of post_ops.PostOp) for
     i < n, int32 or int64 elements; x == y is allowed."""
     cdef int dt = _dtype_code(dtype)
-    if dt == DT_FLOAT32:
+    if dt != DT_INT32 and dt != DT_INT64:
         raise ValueError("make_int_unary_step: int32 or int64 only (float32: "
                          "make_activation_step)")
     if code not in INT_UNARY:
@@ -291,9 +304,18 @@ cdef inline num_t _div(num_t a, num_t b) noexcept nogil:
         # MIN / -1 wraps to MIN (negated through unsigned, where wrapping is defined).
         if b == 0:
             return 0
-        if b == -1:
+        if <num_t>-1 < 0 and b == <num_t>-1:  # signed types only
             return <num_t>(<uint64_t>0 - <uint64_t>a)
         return a / b
+
+
+cdef inline num_t _mul(num_t a, num_t b) noexcept nogil:
+    if num_t is uint16_t:
+        # uint16 operands promote to int, whose product may overflow (undefined): multiply
+        # as unsigned, which wraps as numpy does.
+        return <num_t>(<uint32_t>a * <uint32_t>b)
+    else:
+        return a * b
 
 
 cdef void _binary_vv(int op, const num_t* a, const num_t* b, num_t* y,
@@ -304,7 +326,7 @@ cdef void _binary_vv(int op, const num_t* a, const num_t* b, num_t* y,
             y[i] = a[i] + b[i]
     elif op == OP_MUL:
         for i in range(n):
-            y[i] = a[i] * b[i]
+            y[i] = _mul(a[i], b[i])
     elif op == OP_SUB:
         for i in range(n):
             y[i] = a[i] - b[i]
@@ -320,7 +342,7 @@ cdef void _binary_vs(int op, const num_t* a, num_t b, num_t* y, Py_ssize_t n) no
             y[i] = a[i] + b
     elif op == OP_MUL:
         for i in range(n):
-            y[i] = a[i] * b
+            y[i] = _mul(a[i], b)
     elif op == OP_SUB:
         for i in range(n):
             y[i] = a[i] - b
@@ -336,7 +358,7 @@ cdef void _binary_sv(int op, num_t a, const num_t* b, num_t* y, Py_ssize_t n) no
             y[i] = a + b[i]
     elif op == OP_MUL:
         for i in range(n):
-            y[i] = a * b[i]
+            y[i] = _mul(a, b[i])
     elif op == OP_SUB:
         for i in range(n):
             y[i] = a - b[i]
@@ -353,7 +375,7 @@ cdef void _binary_strided(int op, const num_t* a, Py_ssize_t sa, const num_t* b,
             y[i] = a[i * sa] + b[i * sb]
     elif op == OP_MUL:
         for i in range(n):
-            y[i] = a[i * sa] * b[i * sb]
+            y[i] = _mul(a[i * sa], b[i * sb])
     elif op == OP_SUB:
         for i in range(n):
             y[i] = a[i * sa] - b[i * sb]
@@ -527,23 +549,46 @@ cdef void _eltwise_step(const void *a, int tid, int nthreads) noexcept nogil:
         elif args.dtype == DT_FLOAT32:
             _broadcast_range(p.op, <const float*>p.a, <const float*>p.b, <float*>args.y,
                              &p.L, b, e)
-        elif args.dtype == DT_INT32:
-            _broadcast_range(p.op, <const int32_t*>p.a, <const int32_t*>p.b, <int32_t*>args.y,
-                             &p.L, b, e)
         else:
-            _broadcast_range(p.op, <const int64_t*>p.a, <const int64_t*>p.b, <int64_t*>args.y,
-                             &p.L, b, e)
+            _int_broadcast_range(args.dtype, p, args.y, b, e)
+
+
+cdef void _int_broadcast_range(int dt, const _Pass *p, void *y, Py_ssize_t b,
+                               Py_ssize_t e) noexcept nogil:
+    """_broadcast_range on the integer type dt."""
+    if dt == DT_INT32:
+        _broadcast_range(p.op, <const int32_t*>p.a, <const int32_t*>p.b, <int32_t*>y, &p.L, b, e)
+    elif dt == DT_INT64:
+        _broadcast_range(p.op, <const int64_t*>p.a, <const int64_t*>p.b, <int64_t*>y, &p.L, b, e)
+    elif dt == DT_INT8:
+        _broadcast_range(p.op, <const int8_t*>p.a, <const int8_t*>p.b, <int8_t*>y, &p.L, b, e)
+    elif dt == DT_UINT8:
+        _broadcast_range(p.op, <const uint8_t*>p.a, <const uint8_t*>p.b, <uint8_t*>y, &p.L, b, e)
+    elif dt == DT_INT16:
+        _broadcast_range(p.op, <const int16_t*>p.a, <const int16_t*>p.b, <int16_t*>y, &p.L, b, e)
+    elif dt == DT_UINT16:
+        _broadcast_range(p.op, <const uint16_t*>p.a, <const uint16_t*>p.b, <uint16_t*>y, &p.L,
+                         b, e)
+    elif dt == DT_UINT32:
+        _broadcast_range(p.op, <const uint32_t*>p.a, <const uint32_t*>p.b, <uint32_t*>y, &p.L,
+                         b, e)
+    else:
+        _broadcast_range(p.op, <const uint64_t*>p.a, <const uint64_t*>p.b, <uint64_t*>y, &p.L,
+                         b, e)
+
+
+_DTYPES = {np.dtype(np.float32): DT_FLOAT32, np.dtype(np.int32): DT_INT32,
+           np.dtype(np.int64): DT_INT64, np.dtype(np.int8): DT_INT8,
+           np.dtype(np.uint8): DT_UINT8, np.dtype(np.int16): DT_INT16,
+           np.dtype(np.uint16): DT_UINT16, np.dtype(np.uint32): DT_UINT32,
+           np.dtype(np.uint64): DT_UINT64}
 
 
 cdef int _dtype_code(dtype) except -1:
     dt = np.dtype(dtype)
-    if dt == np.float32:
-        return DT_FLOAT32
-    if dt == np.int32:
-        return DT_INT32
-    if dt == np.int64:
-        return DT_INT64
-    raise ValueError(f"dtype {dt}: expected float32, int32 or int64")
+    if dt not in _DTYPES:
+        raise ValueError(f"dtype {dt}: expected float32 or an integer type")
+    return _DTYPES[dt]
 
 
 cdef int _check_op(int op) except -1:
@@ -676,8 +721,7 @@ def binary(int op, const num_t[::1] a, const num_t[::1] b, num_t[::1] y,
            const int64_t[::1] out_shape, const int64_t[::1] a_strides,
            const int64_t[::1] b_strides, int num_threads):
     """y = a op b, numpy broadcasting through element strides; op in ADD, MUL, SUB, DIV."""
-    cdef object dtype = (np.float32 if num_t is float else
-                         np.int32 if num_t is int32_t else np.int64)
+    cdef object dtype = np.asarray(y).dtype
     _check_op(op)
     bp = binary_pass(op, <size_t>&a[0], a.shape[0], <size_t>&b[0], b.shape[0],
                      np.asarray(out_shape), np.asarray(a_strides), np.asarray(b_strides))

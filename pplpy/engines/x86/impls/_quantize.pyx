@@ -6,8 +6,8 @@
 # x is viewed as (outer, C, inner): C = 1 for a per-tensor scale, the quantized axis for a
 # per-axis one.  The integer side is int8, uint8, int16 or uint16 (int32 too for
 # dequantize).  Rounding is the default IEEE rounding (to nearest, ties to even), done with
-# the magic-number trick on the value clamped to the type's range (far below 2**22), so the
-# loop stays plain arithmetic.  Baseline flags: one module for every tier.
+# the magic-number trick of _quant_round.pxi (shared with _quant_int), so the loop stays
+# plain arithmetic.  Baseline flags: one module for every tier.
 
 from libc.stdint cimport int8_t, uint8_t, int16_t, uint16_t, int32_t
 
@@ -15,6 +15,8 @@ import numpy as np
 
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 from pplpy.runtime.step import run_steps
+
+include "_quant_round.pxi"
 
 ctypedef fused qint:
     int8_t
@@ -49,19 +51,9 @@ cdef void _quantize_run(const QArgs *a, qint *q, Py_ssize_t start, Py_ssize_t n,
     cdef const float *x = a.x + start
     cdef qint *y = q + start
     cdef float s = a.scale[c], z = <float>(<const qint *>a.zp)[c] if a.zp != NULL else 0
-    cdef float v, lo = a.lo, hi = a.hi, magic = 12582912.0  # 1.5 * 2**23
-    cdef float lo2 = -2097152.0, hi2 = 2097152.0  # +-2**21: past every range + zero point
+    cdef float lo = a.lo, hi = a.hi
     for i in range(n):
-        v = x[i] / s
-        # Clamp far outside the range (inf and huge values) so that the rounding trick
-        # holds, round, add the zero point, saturate; NaN compares false and ends as lo2.
-        v = v if v > lo2 else lo2
-        v = v if v < hi2 else hi2
-        v = (v + magic) - magic
-        v = v + z
-        v = v if v > lo else lo
-        v = v if v < hi else hi
-        y[i] = <qint>v
+        y[i] = <qint>quantize_f32(x[i] / s, z, lo, hi)
 
 
 cdef void _dequantize_run(const QArgs *a, const qint *q, Py_ssize_t start, Py_ssize_t n,

@@ -9,8 +9,8 @@ step; Abs, Neg and Sign also run on int32 / int64.  The fusion pass reads the sa
 (passes/fuse_post_ops.py).  Adding an activation is a row here plus its vector function and
 code.
 
-BINARY_OPS are Add, Sub, Mul and Div with numpy broadcasting, float32 / int32 / int64; Sum
-is a chain of Adds in one step.  Formats: NDARRAY always works; N16CX is kept when the big
+BINARY_OPS are Add, Sub, Mul and Div with numpy broadcasting, float32 and every integer type
+(8 to 64 bits; wrapping as numpy, integer Div truncating); Sum is a chain of Adds in one step.  Formats: NDARRAY always works; N16CX is kept when the big
 operands arrive blocked with the output's shape and any other operand is a per-channel vector
 ([C], [C,1,1], [1,C,1,1] ...): a residual Sum, a bias or a scale after a Conv.
 
@@ -389,10 +389,16 @@ def _passes(impl, code, a, b, y, keep):
                               vec_first, channels, batch_stride)]
 
 
+# Add, Sub, Mul, Div and Sum: float32 and every integer type (wrapping, Div truncating).
+ARITHMETIC_TYPES = (DataType.FLOAT32, DataType.INT8, DataType.UINT8, DataType.INT16,
+                    DataType.UINT16, DataType.INT32, DataType.UINT32, DataType.INT64,
+                    DataType.UINT64)
+
+
 class BroadcastOp(X86OptKernel):
     """Shared type checks and format choice of the broadcasting arithmetic ops."""
 
-    supported_types = NUMERIC_TYPES
+    supported_types = ARITHMETIC_TYPES
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     infer_shape = broadcast_inputs_shape
     op_name = None  # ADD, SUB, MUL or DIV of the eltwise impl
