@@ -4,7 +4,7 @@ Field names are ONNX attribute names and defaults are ONNX defaults, so a generi
 fills them from a NodeProto and ``==`` / ``hash`` let passes compare nodes (CSE).
 """
 
-from pplpy.params.onnx.activation_param import CeluParam, ClipParam, EluParam, GeluParam, HardSigmoidParam, LeakyReluParam, SeluParam, ShrinkParam, ThresholdedReluParam  # noqa: F401,E501
+from pplpy.params.onnx.activation_param import CeluParam, ClipParam, EluParam, GeluParam, HardSigmoidParam, LeakyReluParam, SeluParam, ShrinkParam, SwishParam, ThresholdedReluParam  # noqa: F401,E501
 from pplpy.params.onnx.binary_param import BitShiftParam, IsInfParam, ModParam  # noqa: F401
 from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam, DropoutParam
 from pplpy.params.onnx.conv_param import ConvParam
