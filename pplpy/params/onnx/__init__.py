@@ -54,6 +54,7 @@ from pplpy.params.onnx.shape_param import (
     UnsqueezeParam,
 )
 from pplpy.params.onnx.tensor_value import TensorValue
+from pplpy.params.onnx.xformer_param import CausalConvWithStateParam, FlexAttentionParam, LinearAttentionParam, TensorScatterParam  # noqa: F401,E501
 from pplpy.params.onnx.transformer_param import AttentionParam, BernoulliParam, DequantizeLinearParam, EinsumParam, QuantizeLinearParam, RandomNormalLikeParam, RandomNormalParam, RandomUniformLikeParam, RandomUniformParam, RotaryEmbeddingParam  # noqa: F401,E501
 
 __all__ = [
