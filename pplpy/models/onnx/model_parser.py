@@ -328,17 +328,13 @@ def parse_model(model, cast_to_float32=False, override_initializers=False):
                 f"{node.describe()}: the model imports no opset for domain "
                 f"{domain or 'ai.onnx'!r}"
             )
-        if node_proto.op_type in ("If", "Loop", "Scan") or any(
-            attr.HasField("g") or len(attr.graphs) for attr in node_proto.attribute
-        ):
-            unparsed.append(node)
-            graph.add_node(node)
-            continue
         entry = find_parser(domain, node_proto.op_type, opset)
-        if entry is None:
+        has_graphs = any(attr.HasField("g") or len(attr.graphs) for attr in node_proto.attribute)
+        if (entry is None or node_proto.op_type in ("If", "Loop", "Scan")
+                or (has_graphs and not entry.takes_graphs)):
             unparsed.append(node)
         else:
-            node.param = entry.parse_node(node_proto, opset, name)
+            node.param = entry.parse_node(node_proto, opset, name, opsets=opsets)
         graph.add_node(node)
     try:
         graph.topological_sort()
