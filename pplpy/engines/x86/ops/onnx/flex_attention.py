@@ -142,7 +142,8 @@ class FlexAttentionKernel(X86Kernel):
         return [PythonStep(run, label=f"{node.name}:{name}")]
 
 
-@op("ai.onnx.preview", "FlexAttention", since=1, param=FlexAttentionParam,
+# Closed at 1, the preview domain's only opset so far: a later one may change the op.
+@op("ai.onnx.preview", "FlexAttention", since=1, until=1, param=FlexAttentionParam,
     parse=parse_flex_attention)
 class FlexAttentionOp(X86OptKernel):
     """Y = prob_mod(softmax(score_mod(Q K^T * scale))) V; float32 Q, K, V; NDARRAY."""
