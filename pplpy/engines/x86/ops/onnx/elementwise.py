@@ -303,8 +303,9 @@ class SwiGLUOp(X86OptKernel):
         return [in_shapes[0]]
 
     def select_format(self, in_formats, in_shapes):
-        if all(f is DataFormat.N16CX for f in in_formats):
-            return follow_input_format(self, in_formats, in_shapes)
+        # Both inputs must share one layout: the kernel walks them as flat buffers.
+        if all(f is DataFormat.N16CX for f in in_formats) and len(in_shapes[0]) >= 2:
+            return [DataFormat.N16CX] * 2, [DataFormat.N16CX]
         return ndarray_only(self, in_formats, in_shapes)
 
     def create_kernel(self):
