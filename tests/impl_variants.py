@@ -114,6 +114,9 @@ def _build_references():
         P.MISH: lambda x, a, b: np.where(x == -np.inf, 0, x * np.tanh(np.logaddexp(0, x))),
         P.THRESHOLDED_RELU: lambda x, a, b: np.where(x > a, x, 0),  # NaN: 0, as the spec
         P.SHRINK: lambda x, a, b: np.where(x < -b, x + a, np.where(x > b, x - a, 0)),
+        # x * sigmoid(a x), written so that its limit 0 (not -inf * 0) comes out where the
+        # sigmoid underflows.
+        P.SWISH: lambda x, a, b: np.where(np.isinf(x) & (a * x < 0), 0, x / (1 + np.exp(-a * x))),
     }
 
 

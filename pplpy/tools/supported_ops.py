@@ -12,6 +12,10 @@ from pplpy.engines.x86.ops.declare import registered_ops
 from pplpy.models.onnx.registry import registered_parsers
 
 
+# The ONNX domains pplpy implements ops of: the standard one and the preview one.
+ONNX_DOMAINS = ("", "ai.onnx.preview")
+
+
 def _ranges(entries):
     return ", ".join(f"{first}-{last}" if first != last else str(first) for first, last in entries)
 
@@ -30,7 +34,7 @@ def render():
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for domain, op_type, first, last, cls in registered_ops():
-        if domain != "":  # pplpy's own nodes and plugins' ops are not pplpy's ONNX support
+        if domain not in ONNX_DOMAINS:  # pplpy's own nodes and plugins' ops are not ONNX's
             continue
         types = ", ".join(str(t) for t in cls.supported_types)
         if len(cls.supported_types) > 6:

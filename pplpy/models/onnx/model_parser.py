@@ -356,15 +356,18 @@ def _parse_nodes(graph, onnx_graph, names, opsets, unparsed, outer):
                 f"{domain or 'ai.onnx'!r}"
             )
         entry = find_parser(domain, node_proto.op_type, opset)
+        graph_attrs = any(attr.type == onnx.AttributeProto.GRAPH
+                          for attr in node_proto.attribute)
         if entry is None or any(attr.type == onnx.AttributeProto.GRAPHS
                                 for attr in node_proto.attribute):
             unparsed.append(node)  # no standard op takes a list of graphs
-        elif any(attr.type == onnx.AttributeProto.GRAPH for attr in node_proto.attribute):
+        elif graph_attrs and not entry.takes_graphs:
+            # If, Loop, Scan: bodies that read the enclosing graph's values.
             if visible is None:
                 visible = outer | _visible_names(onnx_graph)
             node = _parse_control_flow(node, node_proto, entry, opsets, unparsed, visible)
         else:
-            node.param = entry.parse_node(node_proto, opset, name)
+            node.param = entry.parse_node(node_proto, opset, name, opsets=opsets)
         graph.add_node(node)
 
 

@@ -47,13 +47,21 @@ class ParserEntry:
     def label(self):
         return self.param_cls.__name__ if self.param_cls else f"{self.op_type} parser"
 
-    def parse_node(self, node_proto, opset, name=None):
+    @property
+    def takes_graphs(self):
+        """True when the parse function reads graph attributes (marked ``takes_graphs``):
+        it is then called with the model's opset imports, which the subgraphs use."""
+        return getattr(self.parse, "takes_graphs", False)
+
+    def parse_node(self, node_proto, opset, name=None, opsets=None):
         """The node's param; every failure is a ModelError (a PluginError when a plugin's
         parse function raised) naming the node, and window attributes are checked."""
         name = name or node_proto.name
         check_attribute_types(node_proto, self.domain, opset, name)
         try:
-            if self.parse is not None:
+            if self.takes_graphs:
+                param = self.parse(node_proto, opset, opsets=dict(opsets or {}))
+            elif self.parse is not None:
                 param = self.parse(node_proto, opset)
             elif self.param_cls is None:
                 if node_proto.attribute:

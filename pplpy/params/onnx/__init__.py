@@ -4,7 +4,7 @@ Field names are ONNX attribute names and defaults are ONNX defaults, so a generi
 fills them from a NodeProto and ``==`` / ``hash`` let passes compare nodes (CSE).
 """
 
-from pplpy.params.onnx.activation_param import CeluParam, ClipParam, EluParam, GeluParam, HardSigmoidParam, LeakyReluParam, SeluParam, ShrinkParam, ThresholdedReluParam  # noqa: F401,E501
+from pplpy.params.onnx.activation_param import CeluParam, ClipParam, EluParam, GeluParam, HardSigmoidParam, LeakyReluParam, SeluParam, ShrinkParam, SwishParam, ThresholdedReluParam  # noqa: F401,E501
 from pplpy.params.onnx.binary_param import BitShiftParam, IsInfParam, ModParam  # noqa: F401
 from pplpy.params.onnx.control_flow_param import IfParam, LoopParam, Scan8Param, ScanParam  # noqa: F401
 from pplpy.params.onnx.constant_param import ConstantOfShapeParam, ConstantParam, DropoutParam
@@ -58,6 +58,7 @@ from pplpy.params.onnx.shape_param import (
 from pplpy.params.onnx.signal_param import BitCastParam, DFT17Param, DFTParam, MelWeightMatrixParam, STFTParam, WindowParam  # noqa: F401,E501
 from pplpy.params.onnx.spatial_param import AffineGridParam, CenterCropPadParam, Col2ImParam, DeformConvParam, GridSample16Param, GridSampleParam  # noqa: F401,E501
 from pplpy.params.onnx.tensor_value import TensorValue
+from pplpy.params.onnx.xformer_param import CausalConvWithStateParam, FlexAttentionParam, LinearAttentionParam, TensorScatterParam  # noqa: F401,E501
 from pplpy.params.onnx.transformer_param import AttentionParam, BernoulliParam, DequantizeLinearParam, EinsumParam, QuantizeLinearParam, RandomNormalLikeParam, RandomNormalParam, RandomUniformLikeParam, RandomUniformParam, RotaryEmbeddingParam  # noqa: F401,E501
 from pplpy.params.onnx.unique_tfidf_param import TfIdfVectorizerParam, UniqueParam  # noqa: F401
 

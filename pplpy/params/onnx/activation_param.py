@@ -53,3 +53,11 @@ class ShrinkParam:
 @dataclass(frozen=True, slots=True)
 class GeluParam:
     approximate: str = "none"  # or "tanh"
+
+
+@dataclass(frozen=True, slots=True)
+class SwishParam:
+    """Swish (opset 24) and SwiGLU (opset 28): y = x * sigmoid(alpha * x) (SwiGLU gates B
+    with it)."""
+
+    alpha: float = 1.0

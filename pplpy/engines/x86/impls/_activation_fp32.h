@@ -82,6 +82,7 @@ enum {
     PPL_ACT_MISH = 36,            /* x * tanh(log(1 + exp(x))) */
     PPL_ACT_THRESHOLDED_RELU = 37, /* x > p0 ? x : 0 */
     PPL_ACT_SHRINK = 38,          /* x < -p1 ? x + p0 : x > p1 ? x - p0 : 0 */
+    PPL_ACT_SWISH = 39,           /* x * sigmoid(p0 * x) */
 };
 #define PPL_ACT_INLINE static inline __attribute__((always_inline))
 
@@ -356,6 +357,13 @@ PPL_ACT_INLINE ppl_vf ppl_shrink(ppl_vf x, float bias, float lambd) {
     const ppl_vf r = ppl_act_select(x > ppl_act_splat(lambd), x - ppl_act_splat(bias),
                                     ppl_act_splat(0.0f));
     return ppl_act_select(x < ppl_act_splat(-lambd), x + ppl_act_splat(bias), r);
+}
+
+/* Swish (SiLU when alpha = 1): x * sigmoid(alpha * x); 0 at x = -inf, as sigmoid is 0 there
+ * and 0 * -inf would be NaN. */
+PPL_ACT_INLINE ppl_vf ppl_swish(ppl_vf x, float alpha) {
+    const ppl_vf s = ppl_sigmoid(x * ppl_act_splat(alpha));
+    return ppl_act_select(s == ppl_act_splat(0.0f), ppl_act_splat(0.0f), x * s);
 }
 
 PPL_ACT_INLINE ppl_vf ppl_mish(ppl_vf x) {
@@ -640,6 +648,7 @@ PPL_ACT_INLINE ppl_vf ppl_activation_inline(ppl_vf x, int code, float p0, float 
     case PPL_ACT_MISH: return ppl_mish(x);
     case PPL_ACT_THRESHOLDED_RELU: return ppl_thresholded_relu(x, p0);
     case PPL_ACT_SHRINK: return ppl_shrink(x, p0, p1);
+    case PPL_ACT_SWISH: return ppl_swish(x, p0);
     default: return x;
     }
 }
@@ -713,7 +722,7 @@ static __attribute__((unused)) void ppl_activation(const float *x, float *y, ptr
     PPL_ACT_CASE(COSH) PPL_ACT_CASE(ASINH) PPL_ACT_CASE(ACOSH) PPL_ACT_CASE(ATANH)
     PPL_ACT_CASE(HARD_SIGMOID) PPL_ACT_CASE(SOFTPLUS) PPL_ACT_CASE(SOFTSIGN) PPL_ACT_CASE(ELU)
     PPL_ACT_CASE(SELU) PPL_ACT_CASE(CELU) PPL_ACT_CASE(GELU) PPL_ACT_CASE(MISH)
-    PPL_ACT_CASE(THRESHOLDED_RELU) PPL_ACT_CASE(SHRINK)
+    PPL_ACT_CASE(THRESHOLDED_RELU) PPL_ACT_CASE(SHRINK) PPL_ACT_CASE(SWISH)
     default:
         if (x != y) __builtin_memmove(y, x, (size_t)n * sizeof(float));
         break;

@@ -70,7 +70,7 @@ enum { PPL_POST_NONE = 0, PPL_POST_RELU = 1, PPL_POST_LEAKY_RELU = 2, PPL_POST_C
        PPL_POST_ATANH = 28, PPL_POST_HARD_SIGMOID = 29, PPL_POST_SOFTPLUS = 30,
        PPL_POST_SOFTSIGN = 31, PPL_POST_ELU = 32, PPL_POST_SELU = 33, PPL_POST_CELU = 34,
        PPL_POST_GELU = 35, PPL_POST_MISH = 36, PPL_POST_THRESHOLDED_RELU = 37,
-       PPL_POST_SHRINK = 38 };
+       PPL_POST_SHRINK = 38, PPL_POST_SWISH = 39 };
 
 typedef struct {
     float alpha;          /* scales the batch-reduced sum */

@@ -10,6 +10,7 @@
 # branch left inside a loop.
 #
 #     make_activation_step(x, y, n, code, p0, p1)                  y = f(x), flat
+#     make_gated_activation_step(a, b, y, n, code, p0, p1)         y = f(a) * b, flat
 #     make_int_unary_step(dtype, x, y, n, code)                     Abs/Neg/Sign of ints
 #     make_binary_step(op, dtype, a, a_len, b, b_len, y, shape, a_strides, b_strides)
 #     make_channel_binary_n16cx_step(op, x, vec, ...)               y = x op vec[c], N16CX
@@ -50,6 +51,7 @@ cdef extern from "_activation_fp32.h" nogil:
         PPL_ACT_NEG
         PPL_ACT_SIGN
         PPL_ACT_SHRINK
+        PPL_ACT_SWISH
     void ppl_activation(const float *x, float *y, Py_ssize_t n, int code, float p0, float p1)
 
 
@@ -90,7 +92,7 @@ VLEN = PPL_VLEN
 
 # Activation codes this module knows: post_ops.PostOp, every one a case of the header's
 # ppl_activation (a test checks the header's enum against PostOp).
-_ACTIVATIONS = frozenset(range(PPL_ACT_NONE, PPL_ACT_SHRINK + 1))
+_ACTIVATIONS = frozenset(range(PPL_ACT_NONE, PPL_ACT_SWISH + 1))
 # The integer unary ops of make_int_unary_step.
 INT_UNARY = frozenset((PPL_ACT_ABS, PPL_ACT_NEG, PPL_ACT_SIGN))
 
@@ -178,6 +180,56 @@ def make_activation_step(size_t x, size_t y, Py_ssize_t n, int code, float p0=0,
     args.p0_at = <const float *>p0_at
     args.p1_at = <const float *>p1_at
     step.label = "activation"
+    return step
+
+
+# Gated activations (SwiGLU: y = swish(a) * b): the gate goes through the activation table
+# a chunk at a time into a buffer on the stack, then is multiplied by the value input.  Each
+# position reads a[i], b[i] before writing y[i], so y may alias a or b.
+
+cdef enum:
+    GATE_CHUNK = 256
+
+
+cdef struct _GatedArgs:
+    const float *a
+    const float *b
+    float *y
+    Py_ssize_t n
+    int code
+    float p0, p1
+
+
+cdef void _gated_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const _GatedArgs *args = <const _GatedArgs *>p
+    cdef Py_ssize_t b, e, i, j, m
+    cdef float gate[GATE_CHUNK]
+    _share(args.n, tid, nthreads, &b, &e)
+    i = b
+    while i < e:
+        m = min(<Py_ssize_t>GATE_CHUNK, e - i)
+        ppl_activation(args.a + i, gate, m, args.code, args.p0, args.p1)
+        for j in range(m):
+            args.y[i + j] = gate[j] * args.b[i + j]
+        i += m
+
+
+def make_gated_activation_step(size_t a, size_t b, size_t y, Py_ssize_t n, int code,
+                               float p0=0, float p1=0):
+    """y[i] = f(a[i]) * b[i] for i < n, f the activation ``code`` with params p0, p1."""
+    if code not in _ACTIVATIONS:
+        raise ValueError(f"activation code {code}: expected one of {sorted(_ACTIVATIONS)}")
+    if n < 0:
+        raise ValueError(f"n = {n}: expected a non-negative element count")
+    if n > 0 and (a == 0 or b == 0 or y == 0):
+        raise ValueError("a, b and y must be valid addresses")
+    cdef Step step = new_step(_gated_step, sizeof(_GatedArgs), n >= PARALLEL_MIN)
+    cdef _GatedArgs *args = <_GatedArgs *>step.args
+    args.a, args.b, args.y = <const float *>a, <const float *>b, <float *>y
+    args.n = n
+    args.code = code
+    args.p0, args.p1 = p0, p1
+    step.label = "gated activation"
     return step
 
 
@@ -269,6 +321,17 @@ def activation_fp32(const float[::1] x, float[::1] y, int code, float p0, float 
         return
     run_steps([make_activation_step(<size_t>&x[0], <size_t>&y[0], n, code, p0, p1)],
               num_threads)
+
+
+def gated_activation_fp32(const float[::1] a, const float[::1] b, float[::1] y, int code,
+                          float p0, float p1, int num_threads):
+    """y = f(a) * b for the activation ``code`` with params p0, p1."""
+    cdef Py_ssize_t n = _same_length(a, y)
+    _same_length(b, y)
+    if n == 0:
+        return
+    run_steps([make_gated_activation_step(<size_t>&a[0], <size_t>&b[0], <size_t>&y[0], n,
+                                          code, p0, p1)], num_threads)
 
 
 def relu_fp32(const float[::1] x, float[::1] y, int num_threads):

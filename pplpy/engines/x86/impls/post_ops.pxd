@@ -39,3 +39,4 @@ cdef enum:
     POST_MISH = 36
     POST_THRESHOLDED_RELU = 37
     POST_SHRINK = 38
+    POST_SWISH = 39

@@ -50,3 +50,4 @@ class PostOp(enum.IntEnum):
     MISH = 36  # y = x * tanh(log(1 + exp(x)))
     THRESHOLDED_RELU = 37  # y = x if x > p0 else 0 (NaN: 0, as the spec says)
     SHRINK = 38  # y = x + p0 if x < -p1 else x - p0 if x > p1 else 0 (NaN: 0)
+    SWISH = 39  # y = x * sigmoid(p0 * x)

@@ -121,6 +121,7 @@ MATH_ACTIVATIONS += [
     (PostOp.GELU, 1.0, 0.0),  # the tanh approximation
     (PostOp.THRESHOLDED_RELU, 1.0, 0.0), (PostOp.THRESHOLDED_RELU, -0.5, 0.0),
     (PostOp.SHRINK, 0.0, 0.5), (PostOp.SHRINK, 1.5, 0.3),
+    (PostOp.SWISH, 1.0, 0.0), (PostOp.SWISH, -0.7, 0.0), (PostOp.SWISH, 2.5, 0.0),
 ]
 MATH_ACTIVATIONS = [(c, p0, p1) for c, p0, p1 in MATH_ACTIVATIONS
                     if not ((c in (PostOp.ELU, PostOp.SELU, PostOp.CELU, PostOp.HARD_SIGMOID,

@@ -48,6 +48,7 @@ from pplpy.params.onnx import (
     LeakyReluParam,
     SeluParam,
     ShrinkParam,
+    SwishParam,
     ThresholdedReluParam,
 )
 
@@ -169,6 +170,7 @@ ACTIVATIONS = (
     Activation("Mish", 18, PostOp.MISH),
     Activation("ThresholdedRelu", 10, PostOp.THRESHOLDED_RELU, _alpha, ThresholdedReluParam),
     Activation("Shrink", 9, PostOp.SHRINK, _shrink_params, ShrinkParam),
+    Activation("Swish", 24, PostOp.SWISH, _alpha, SwishParam),
 )
 
 
@@ -260,6 +262,54 @@ for _row in ACTIVATIONS:
     _seen.add(_row.op_type)
     globals()[_cls.__name__] = _cls
 del _row, _cls, _seen
+
+
+class GatedActivationKernel(X86Kernel):
+    """y = f(a) * b as one flat step (the gate's activation from the table)."""
+
+    def __init__(self, op, code):
+        super().__init__(op)
+        self.code = code
+
+    def make_step(self, io):
+        if not self.has_work(io):
+            return None
+        a, b, y = io.inputs[0], io.inputs[1], io.outputs[0]
+        p0, p1 = _alpha(self.param)
+        step = self.impl("eltwise_fp32").make_gated_activation_step(
+            a.address, b.address, y.address, y.array.size, int(self.code), p0, p1)
+        return _named(step, self.node.name)
+
+
+@op("", "SwiGLU", since=28, param=SwishParam)
+class SwiGLUOp(X86OptKernel):
+    """ONNX SwiGLU from opset 28: Y = Swish_alpha(A) * B, A and B of one shape (no
+    broadcasting).  Element-wise, so N16CX passes through when both inputs arrive blocked
+    (the padding lanes give swish(0) * 0 = 0)."""
+
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
+
+    def infer_type(self, in_types):
+        out = super().infer_type(in_types)
+        if in_types[1] is not in_types[0]:
+            raise self.unsupported(f"A is {in_types[0]} but B is {in_types[1]}; SwiGLU takes "
+                                   "one element type")
+        return out
+
+    def infer_shape(self, in_shapes, in_values):
+        if tuple(in_shapes[0]) != tuple(in_shapes[1]):
+            raise self.shape_error("inputs A and B must have the same shape (SwiGLU does not "
+                                   "broadcast)", in_shapes)
+        return [in_shapes[0]]
+
+    def select_format(self, in_formats, in_shapes):
+        # Both inputs must share one layout: the kernel walks them as flat buffers.
+        if all(f is DataFormat.N16CX for f in in_formats) and len(in_shapes[0]) >= 2:
+            return [DataFormat.N16CX] * 2, [DataFormat.N16CX]
+        return ndarray_only(self, in_formats, in_shapes)
+
+    def create_kernel(self):
+        return GatedActivationKernel(self, PostOp.SWISH)
 
 
 # ---------------------------------------------------------------------------------------

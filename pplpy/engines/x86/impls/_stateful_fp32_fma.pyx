@@ -1,0 +1,6 @@
+# stateful_fp32 for the fma tier: the body is _stateful_fp32.pxi, vectors of 8 floats.
+cdef extern from *:
+    """
+    #define PPL_VLEN 8
+    """
+include "_stateful_fp32.pxi"
