@@ -137,6 +137,12 @@ def encode(outputs, names):
     return buffer.getvalue()
 
 
+def error_class(name):
+    """The pplpy error class called ``name`` (an actor sends its name), else PplError."""
+    cls = getattr(pplpy, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, pplpy.PplError) else pplpy.PplError
+
+
 def output_name(path, multiple):
     stem = os.path.splitext(os.path.basename(path))[0]
     return stem + (".npz" if multiple else ".npy")
@@ -151,13 +157,13 @@ def run_batch(model, inputs, out, actors=2, batch_size=8, num_threads=1, on_erro
     Ray instance)."""
     if on_error not in ("raise", "skip"):
         raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
-    if not isinstance(model, bytes):
-        with open(model, "rb") as f:  # read here: the model need only be on the driver
-            model = f.read()
     probe = pplpy.load(model, num_threads=1)  # a bad model fails here, not in N actors
     sample_spec(probe)
     multiple = len(probe.outputs) > 1
     del probe
+    if not isinstance(model, bytes):
+        with open(model, "rb") as f:  # read here: the model need only be on the driver
+            model = f.read()
 
     # Ship this module's code with the actors (by value), so workers on other nodes need
     # only pplpy and ray installed, not this example; as __main__ it travels so anyway.
@@ -166,10 +172,11 @@ def run_batch(model, inputs, out, actors=2, batch_size=8, num_threads=1, on_erro
     # Reading is I/O: it reserves no CPU, so it is not starved when the actors hold them all.
     ds = ray.data.read_binary_files(inputs, include_paths=True, file_extensions=["npy"],
                                     num_cpus=0)
+    model_ref = ray.put(model)  # one copy in the object store, held until the job ends
     ds = ds.map_batches(
         Predictor,
-        fn_constructor_kwargs={"model": ray.put(model), "num_threads": num_threads},
-        concurrency=actors,       # a fixed pool of this many actors
+        fn_constructor_kwargs={"model": model_ref, "num_threads": num_threads},
+        compute=ray.data.ActorPoolStrategy(size=actors),  # a fixed pool of this many
         num_cpus=num_threads,     # Ray reserves as many CPUs as the runtime's thread team
         batch_size=batch_size,
         batch_format="numpy",
@@ -181,7 +188,7 @@ def run_batch(model, inputs, out, actors=2, batch_size=8, num_threads=1, on_erro
                                              batch["result"]):
             if error:
                 if on_error == "raise":
-                    raise getattr(pplpy, kind, pplpy.PplError)(error)
+                    raise error_class(kind)(error)
                 failed[path] = error
                 continue
             name = output_name(path, multiple)
