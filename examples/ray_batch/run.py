@@ -212,8 +212,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1,
                         help="each runtime's thread team = CPUs Ray reserves per actor")
     parser.add_argument("--address", default=None,
-                        help='Ray cluster to join ("auto": the one `ray start` made here); '
-                             "default: a local Ray instance for this run")
+                        help='Ray cluster to join ("auto" or HEAD_IP:6379); default: the '
+                             "cluster `ray start` made on this machine, else a new local one")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="a bad input file stops the job (raise) or is listed (skip)")
     args = parser.parse_args(argv)
