@@ -50,12 +50,23 @@ def test_channel_slice_stays_blocked(isa, start, end, step):
     check_blocked(conv_sandwich(middle, 40, out, extra=extra), isa, "Slice")
 
 
-def test_slice_of_a_spatial_axis_falls_back_to_ndarray():
+@pytest.mark.parametrize("starts, ends, axes, steps", [
+    ([1], [5], [2], [1]), ([5, 0], [0, 6], [3, 2], [-2, 2]), ([0, 1], [1, 4], [0, -1], [1, 1])])
+def test_batch_and_spatial_slices_stay_blocked(isa, starts, ends, axes, steps):
+    middle = [helper.make_node("Slice", ["c", "s", "e", "a", "st"], ["m"])]
+    extra = [("s", starts), ("e", ends), ("a", axes), ("st", steps)]
+    check_blocked(conv_sandwich(middle, 20, 20, extra=extra), isa, "Slice")
+
+
+def test_slice_of_channel_and_spatial_axes_falls_back_to_ndarray():
     middle = [helper.make_node("Slice", ["c", "s", "e", "a"], ["m"])]
-    model = conv_sandwich(middle, 16, 16, extra=[("s", [1]), ("e", [4]), ("a", [2])])
+    model = conv_sandwich(middle, 16, 8, extra=[("s", [1, 0]), ("e", [4, 8]), ("a", [2, 1])])
     rt = pplpy.load(model.SerializeToString())
     node = next(n for n in rt.graph.nodes if n.op_type == "Slice")
     assert rt.formats[node.outputs[0]] is DataFormat.NDARRAY
+    x = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("sizes", [(10, 30), (16, 7, 17), (21, 19), (40,)])

@@ -5,8 +5,9 @@ Starts and ends are clamped to the dim (negative ones count from the back), step
 negative.  Their values decide the output shape, so they must be known when the plan is made
 (``value_inputs``: constants, fed inputs or host-computed values).  The kernel is a strided
 copy step: the source strides are the input's strides times the steps.  A slice of only the
-channel axis of an N16CX float32 tensor (ShuffleNet's chunk) stays blocked: its step is a
-channel map, so the convolutions around it need no reorder.
+channel axis of an N16CX float32 tensor (ShuffleNet's chunk) stays blocked as a channel map,
+and a slice of batch and spatial axes as a strided copy of whole channel blocks, so the
+convolutions around either need no reorder.
 """
 
 from pplpy.common.data_format import DataFormat
@@ -36,16 +37,24 @@ class SliceKernel(DataMovementKernel):
         values = [s.array if s is not None else None for s in io.inputs]
         out_dims, firsts, steps = self.op.geometry(
             [s.shape.dims if s is not None else None for s in io.inputs], values)
-        if x.shape.data_format is DataFormat.N16CX:  # a channel slice (see select_format)
+        blocked = x.shape.data_format is DataFormat.N16CX
+        if blocked and (firsts[1], steps[1], out_dims[1]) != (0, 1, dims[1]):
+            # The channel axis alone is sliced (see select_format): a channel map.
             return n16cx_channel_step(y, x, [firsts[1] + k * steps[1]
                                              for k in range(out_dims[1])])
+        if blocked:  # batch or spatial axes of (N, C/16, *S, 16): whole blocks, all lanes
+            dims, out = x.shape.physical_dims, y.shape.physical_dims
+            firsts = [firsts[0], 0, *firsts[2:], 0]
+            steps = [steps[0], 1, *steps[2:], 1]
+        else:
+            out = y.shape.dims
         es = x.shape.data_type.itemsize
         strides, s = [0] * len(dims), es
         for k in range(len(dims) - 1, -1, -1):
             strides[k] = s
             s *= dims[k]
         base = x.address + sum(f * st for f, st in zip(firsts, strides))
-        step = _copy.make_strided_copy_step(y.address, base, es, list(y.shape.dims),
+        step = _copy.make_strided_copy_step(y.address, base, es, list(out),
                                             [st * k for st, k in zip(strides, steps)])
         step.keep = keep_arrays(io)
         return step
@@ -88,7 +97,8 @@ class SliceOp(X86OptKernel):
         return [self.geometry(in_shapes, in_values)[0]]
 
     def select_format(self, in_formats, in_shapes):
-        """N16CX when a blocked input is sliced on its channel axis only (bounds known now);
+        """N16CX for a blocked input sliced on its channel axis only (bounds known now: a
+        channel map) or on batch and spatial axes only (a strided copy of whole blocks);
         NDARRAY otherwise."""
         plain = [DataFormat.NDARRAY] * len(in_formats), [DataFormat.NDARRAY]
         dims = in_shapes[0]
@@ -96,22 +106,30 @@ class SliceOp(X86OptKernel):
             return plain
         if self.node.opset >= 10:
             starts, axes = self.constant(1), self.constant(3)
-            if starts is None or (self.input_present(3) and axes is None):
+            if self.input_present(3) and axes is None:
                 return plain
-            axes = list(range(starts.size)) if axes is None else axes.reshape(-1).tolist()
+            if axes is None:
+                if starts is None:
+                    return plain
+                axes = range(starts.size)
+            axes = axes.reshape(-1).tolist() if hasattr(axes, "reshape") else list(axes)
         else:
             p = self.param
             if p is None or p.starts is None:
                 return plain
             axes = p.axes if p.axes is not None else range(len(p.starts))
-        if [a + len(dims) if a < 0 else a for a in axes] != [1]:
+        axes = {a + len(dims) if a < 0 else a for a in axes}
+        blocked = [DataFormat.N16CX] + plain[0][1:], [DataFormat.N16CX]
+        if 1 not in axes:
+            return blocked
+        if axes != {1}:
             return plain
         values = [self.constant(i) for i in range(len(in_formats))]
         try:
             self.geometry(in_shapes, values)
-        except (PplError, ValueError, TypeError):  # bounds unknown until a plan
+        except (PplError, ValueError, TypeError):  # channel bounds unknown until a plan
             return plain
-        return [DataFormat.N16CX] + plain[0][1:], [DataFormat.N16CX]
+        return blocked
 
     def create_kernel(self):
         return SliceKernel(self)
