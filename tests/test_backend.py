@@ -41,6 +41,15 @@ def test_prepare_run_model_and_run_node():
         [helper.make_node("NoSuchOp", ["a"], ["c"])], "g", [], [])))
 
 
+# Cases whose stored outputs carry the reference's float32 round-off above the runner's fixed
+# atol of 1e-7: pplpy computes them in float64, exactly.  test_onnx_conformance compares them
+# with an absolute floor of 1e-6, so they are checked there.
+ROUNDOFF_ABOVE_RUNNER_ATOL = {
+    "test_dft_inverse": "expected 1.9e-7 where the exact value is 0 (pplpy: 3e-15)",
+    "test_dft_inverse_opset19": "expected 1.9e-7 where the exact value is 0 (pplpy: 3e-15)",
+}
+
+
 def _runnable_node_cases():
     """Names of the node cases whose every op pplpy has, minus the conformance EXCLUDES
     (their reasons are listed there, and test_onnx_conformance checks they fail loudly)."""
@@ -50,7 +59,7 @@ def _runnable_node_cases():
         # Random ops (SHAPE_ONLY) are checked by shape and range in test_onnx_conformance;
         # the runner here compares values, which a random draw cannot match.
         if case.name not in EXCLUDES and case.name not in SHAPE_ONLY \
-                and backend.is_compatible(model):
+                and case.name not in ROUNDOFF_ABOVE_RUNNER_ATOL and backend.is_compatible(model):
             names.add(f"{case.name}_cpu")
     return names
 

@@ -11,6 +11,8 @@ the node and adds a new one (``passes/queries.new_node``).  New nodes may be app
 anywhere: the pass manager sorts the graph after every pass that changed it.
 """
 
+from collections import Counter
+
 
 class PassContext:
     """What passes may use besides the graph: ``evaluate(node, inputs) -> outputs`` runs a
@@ -30,7 +32,17 @@ class PassContext:
         return self.supports is not None and bool(self.supports(domain, op_type, opset))
 
 
-class RewriteRule:
+class Pass:
+    """What every pass has: a name (its id in pipelines) and ``details``, its own account of
+    what it changed ("merged Mul": 2), which the pass manager puts in the pass log."""
+
+    name = "pass"
+
+    def __init__(self):
+        self.details = Counter()
+
+
+class RewriteRule(Pass):
     name = "rule"
     op_types = None  # set of op types, or None for every node
 
@@ -53,7 +65,7 @@ class RewriteRule:
         return changes
 
 
-class GraphPass:
+class GraphPass(Pass):
     name = "graph_pass"
 
     def run(self, graph, ctx):

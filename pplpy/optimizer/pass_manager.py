@@ -125,6 +125,16 @@ DEFAULT_PIPELINE = (
     P("simplify_casts", "fixed_point"),
     P("merge_reshapes", "fixed_point"),
     P("expand_to_broadcast", "fixed_point", dce_after=True),
+    # Decomposed activations, norms and attention back to one op each (oneDNN Graph-style
+    # patterns, reference/004); after folding, whose constants (sqrt(2), eps, gamma) they
+    # match; before the transposes sink (a scale on Q and K would move above their
+    # Transposes, out of the attention pattern) and before reduce_mean_to_global_pool (which
+    # would take a LayerNorm's ReduceMean over the last two axes of a 4-D tensor).
+    # recognize_attention is left out: pplpy's Attention kernel is slower than
+    # MatMul/Softmax/MatMul today (2x at S=128, 9x at S=512, one thread); add
+    # {pass: recognize_attention, dce_after: true, modes: [fusion]} after these to use it.
+    P("recognize_gelu", dce_after=True, modes=("fusion",)),
+    P("recognize_layer_norm", dce_after=True, modes=("fusion",)),
     # Sinking brings transposes together; combining then cancels them.
     P("sink_transposes", "fixed_point"),
     P("optimize_transposes", "fixed_point", dce_after=True),
@@ -133,13 +143,6 @@ DEFAULT_PIPELINE = (
     P("swap_relu_maxpool"),
     # oneDNN Graph-style recognition of multi-node spellings as one op (reference/004).
     P("recognize_channel_shuffle", dce_after=True),
-    # Decomposed activations, norms and attention back to one op each (oneDNN Graph-style
-    # patterns, reference/004); after folding, whose constants (sqrt(2), eps, gamma) they
-    # match.  recognize_attention is left out: pplpy's Attention kernel is slower than
-    # MatMul/Softmax/MatMul today (2x at S=128, 9x at S=512, one thread); add
-    # {pass: recognize_attention, dce_after: true, modes: [fusion]} after these to use it.
-    P("recognize_gelu", dce_after=True, modes=("fusion",)),
-    P("recognize_layer_norm", dce_after=True, modes=("fusion",)),
     P("fold_into_batchnorm", "fixed_point", modes=("fusion",)),
     # After constant folding: weights and BatchNormalization statistics built by constant
     # subgraphs are plain constants by now.  A fold can expose another (Conv-BN-Mul), hence

@@ -135,7 +135,8 @@ def build_parser():
                      "or 'all' for the graph after every pass")
     out.add_argument("--pass-log", action="store_true",
                      help="print what each graph-optimiser pass changed (rounds, changes, "
-                     "nodes before and after, what it folded or fused)")
+                     "nodes before and after, what it folded or fused); --dump-graph "
+                     "prints it too")
 
     timing = parser.add_argument_group("timing")
     timing.add_argument("--warmup-iterations", type=_count, default=None, metavar="N",
@@ -581,7 +582,7 @@ def _run(argv):
         print(format_graph(rt.graph, rt.result.ops, rt.tensor_shapes(), kernels=rt.result.kernels))
     for dump in dumps:
         print(dump)
-    if args.pass_log:
+    if args.pass_log or args.dump_graph is not None:  # what was folded, fused, removed
         print("graph optimiser passes:")
         for line in rt.pass_log:
             print(f"  {line}")

@@ -314,9 +314,10 @@ def initializer_with_short_data():
 
 @case
 def unsupported_op():
-    model = make_model([helper.make_node("Det", ["x"], ["y"], name="det")],
+    model = make_model([helper.make_node("StringNormalizer", ["x"], ["y"], name="norm")],
                        [("x", FLOAT, [2, 2])], [("y", FLOAT, None)])
-    return model, None, pplpy.UnsupportedOpError, ['"det"', "Det", "op not supported"]
+    return model, None, pplpy.UnsupportedOpError, ['"norm"', "StringNormalizer",
+                                                   "op not supported"]
 
 
 @case

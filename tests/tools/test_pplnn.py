@@ -536,6 +536,19 @@ def test_dump_graph_after_one_optimizer_pass(capsys, small_model):
     assert out.count("after pass ") == 1 and "after pass optimizer:constant_folding" in out
 
 
+def test_dump_graph_says_what_was_folded(capsys, save_model):
+    shape = helper.make_node("Shape", ["w"], ["s"])
+    cos = helper.make_node("ConstantOfShape", ["s"], ["ones"],
+                           value=helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [1.0]))
+    add = helper.make_node("Add", ["x", "ones"], ["y"])
+    model = make_model([shape, cos, add], [("x", FLOAT, [2, 3])], [("y", FLOAT, None)],
+                       initializers=[("w", np.zeros((2, 3), np.float32))])
+    status, out, _ = run_cli(capsys, "--onnx-model", save_model(model), "--dump-graph")
+    assert status == 0
+    line = next(l for l in out.splitlines() if l.startswith("  constant_folding:"))
+    assert "folded ConstantOfShape 1" in line and "folded Shape 1" in line
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--dump-graph", "optimizer:cse_nope"], "unknown pass 'optimizer:cse_nope'"),
     (["--passes", "missing.yaml"], "cannot read pass pipeline"),

@@ -8,8 +8,6 @@ The shapes come from the value records: x is (N, C, *S) with C known, the first 
 output (N, g, C/g, *S) and the second's equal to x's dims.
 """
 
-from collections import Counter
-
 from pplpy.optimizer.pass_base import RewriteRule
 from pplpy.optimizer.passes.queries import only_reader
 from pplpy.optimizer.passes.transposes import perm_of
@@ -29,9 +27,6 @@ class RecognizeChannelShuffle(RewriteRule):
 
     name = "recognize_channel_shuffle"
     op_types = {("", "Reshape")}
-
-    def __init__(self):
-        self.details = Counter()
 
     def _match(self, graph, node):
         transpose = only_reader(graph, node.outputs[0])

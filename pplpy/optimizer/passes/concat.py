@@ -6,8 +6,6 @@ tile a tensor along that axis is the tensor.
     Concat(Slice(x, i:j), Slice(x, j:k))          ==>  Slice(x, i:k)   (constant bounds)
 """
 
-from collections import Counter
-
 import numpy as np
 
 from pplpy.ir.graph import bypass_node
@@ -67,9 +65,6 @@ class OptimizeConcats(RewriteRule):
 
     name = "optimize_concats"
     op_types = {("", "Concat")}
-
-    def __init__(self):
-        self.details = Counter()
 
     def apply(self, graph, node, ctx):
         axis = _axis(graph, node)

@@ -5,8 +5,6 @@ The light model-zoo networks build their weights with ConstantOfShape from const
 folding turns them into plain weights that Conv can pack.
 """
 
-from collections import Counter
-
 from pplpy.optimizer.pass_base import GraphPass
 
 
@@ -14,9 +12,6 @@ class ConstantFolding(GraphPass):
     """A node whose inputs are all constants is computed now; its outputs become constants."""
 
     name = "constant_folding"
-
-    def __init__(self):
-        self.details = Counter()  # "folded Shape" -> count, for the pass log
 
     def run(self, graph, ctx):
         if ctx.evaluate is None:

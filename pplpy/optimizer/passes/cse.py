@@ -7,8 +7,6 @@ merged (two draws differ); nodes whose attributes cannot be compared (unhashable
 are left alone.
 """
 
-from collections import Counter
-
 from pplpy.optimizer.pass_base import GraphPass
 
 
@@ -26,9 +24,6 @@ class CommonSubexpressionElimination(GraphPass):
     """Nodes equal by op, attributes and inputs are computed once."""
 
     name = "cse"
-
-    def __init__(self):
-        self.details = Counter()
 
     def run(self, graph, ctx):
         seen = {}

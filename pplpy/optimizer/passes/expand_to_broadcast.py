@@ -6,8 +6,6 @@ reader's other inputs must give the same output shape as before.  A Tile is an E
 every tiled axis of its input has size 1.
 """
 
-from collections import Counter
-
 import numpy as np
 
 from pplpy.optimizer.pass_base import RewriteRule
@@ -42,9 +40,6 @@ class ExpandToBroadcast(RewriteRule):
 
     name = "expand_to_broadcast"
     op_types = {("", "Expand"), ("", "Tile")}
-
-    def __init__(self):
-        self.details = Counter()
 
     def condition(self, graph, node, ctx):
         out = node.outputs[0]

@@ -25,8 +25,6 @@ the layers apart.
 
 import abc
 import dataclasses
-from collections import Counter
-
 import numpy as np
 
 from pplpy.ir.graph import Node
@@ -170,7 +168,7 @@ class FoldAffine(RewriteRule, abc.ABC):
     producers = frozenset()
 
     def __init__(self):
-        self.details = Counter()  # "BatchNormalization->Conv" -> count, for the pass log
+        super().__init__()
         self._appended = False
 
     def condition(self, graph, node, ctx):

@@ -13,8 +13,6 @@ Div applies) are helpers here, so each pass reads as the formula it recognises.
 
 import itertools
 import math
-from collections import Counter
-
 import numpy as np
 
 from pplpy.common.data_type import DataType
@@ -140,7 +138,7 @@ class PatternRule(RewriteRule):
     counts what it made in ``details``; new nodes are sorted in after the sweep."""
 
     def __init__(self):
-        self.details = Counter()
+        super().__init__()
         self._added = False
         self._serial = itertools.count()
 

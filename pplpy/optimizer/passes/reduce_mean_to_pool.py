@@ -5,8 +5,6 @@ which the engine runs in N16CX next to convolutions instead of falling back to N
     ReduceMean(x, axes=[2, 3], keepdims=0)  ==>  Reshape(GlobalAveragePool(x), [0, 0])
 """
 
-from collections import Counter
-
 import numpy as np
 
 from pplpy.common.data_type import DataType
@@ -39,9 +37,6 @@ class ReduceMeanToGlobalPool(RewriteRule):
 
     name = "reduce_mean_to_global_pool"
     op_types = {("", "ReduceMean")}
-
-    def __init__(self):
-        self.details = Counter()
 
     def condition(self, graph, node, ctx):
         r = rank(graph, node.inputs[0])

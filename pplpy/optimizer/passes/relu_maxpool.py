@@ -6,8 +6,6 @@ because the engine runs it as the producer's post-op, and moving it below the po
 make it a pass over memory of its own.
 """
 
-from collections import Counter
-
 from pplpy.optimizer.pass_base import RewriteRule
 from pplpy.optimizer.passes.queries import only_reader
 
@@ -19,9 +17,6 @@ class SwapReluMaxPool(RewriteRule):
 
     name = "swap_relu_maxpool"
     op_types = {("", "Relu")}
-
-    def __init__(self):
-        self.details = Counter()
 
     def condition(self, graph, node, ctx):
         pool = only_reader(graph, node.outputs[0])

@@ -7,8 +7,6 @@ to the type a value already has.
     Cast(x, type of x)            ==>  x
 """
 
-from collections import Counter
-
 from onnx import TensorProto
 
 from pplpy.common.data_type import DataType
@@ -50,9 +48,6 @@ class MergeReshapes(RewriteRule):
     name = "merge_reshapes"
     op_types = {("", "Reshape")}
 
-    def __init__(self):
-        self.details = Counter()
-
     def condition(self, graph, node, ctx):
         inner = graph.producer(node.inputs[0])
         if inner is None or inner.key != ("", "Reshape") or only_reader(
@@ -84,9 +79,6 @@ class SimplifyCasts(RewriteRule):
 
     name = "simplify_casts"
     op_types = {("", "Cast")}
-
-    def __init__(self):
-        self.details = Counter()
 
     def apply(self, graph, node, ctx):
         to = cast_target(node)

@@ -13,8 +13,6 @@ Every rule needs the Transpose's input rank (from the value records); perm None 
 reversed axes.
 """
 
-from collections import Counter
-
 from pplpy.ir.graph import bypass_node
 from pplpy.optimizer.pass_base import RewriteRule
 from pplpy.optimizer.passes.queries import (
@@ -56,9 +54,6 @@ class OptimizeTransposes(RewriteRule):
 
     name = "optimize_transposes"
     op_types = {("", "Transpose")}
-
-    def __init__(self):
-        self.details = Counter()
 
     def apply(self, graph, node, ctx):
         perm = perm_of(graph, node)
@@ -107,9 +102,6 @@ class SinkTransposes(RewriteRule):
 
     name = "sink_transposes"
     op_types = {("", op) for op in UNARY | BINARY}
-
-    def __init__(self):
-        self.details = Counter()
 
     def condition(self, graph, node, ctx):
         if len(node.outputs) != 1 or graph.is_graph_output(node.outputs[0]):
