@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
+from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE, P
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -171,11 +172,32 @@ def test_hard_swish(form, opset):
     assert ops(rt) == {"HardSwish": 1}
 
 
-def test_silu_stays():
+@pytest.mark.parametrize("order", ["x_sig", "sig_x"])
+def test_silu_becomes_swish(order):
     g = G()
-    g.op("Mul", "x", g.op("Sigmoid", "x"), out="y")
+    sig = g.op("Sigmoid", "x")
+    g.op("Mul", *(("x", sig) if order == "x_sig" else (sig, "x")), out="y")
+    rt = load_and_check(g.model(X), {"x": rand(2, 5, 16) * 4})
+    assert ops(rt) == {"Swish": 1}
+    assert fused(rt, "Swish").opset == 24
+
+
+def test_sigmoid_times_another_value_stays():
+    g = G()
+    g.op("Mul", "x", g.op("Sigmoid", g.op("Neg", "x")), out="y")
     rt = load_and_check(g.model(X), {"x": rand(2, 5, 16)})
-    assert ops(rt) == {"Sigmoid": 1, "Mul": 1}
+    assert ops(rt) == {"Neg": 1, "Sigmoid": 1, "Mul": 1}
+
+
+def test_conv_then_silu_is_one_conv_with_a_swish_post_op():
+    g = G()
+    w = rand(16, 3, 3, 3)
+    conv = g.op("Conv", "x", g.c(w), pads=[1, 1, 1, 1])
+    g.op("Mul", conv, g.op("Sigmoid", conv), out="y")
+    rt = load_and_check(g.model({"x": (F, [1, 3, 8, 8])}), {"x": rand(1, 3, 8, 8)}, rtol=1e-4)
+    assert ops(rt) == {"Conv": 1, "Reorder": 2}  # N16CX inside, NDARRAY at the ends
+    (post,) = rt.result.ops[fused(rt, "Conv")].post_ops
+    assert post[0] == PostOp.SWISH
 
 
 @pytest.mark.parametrize("miss", ["wrong_sqrt2", "wrong_half", "intermediate_output",

@@ -49,12 +49,12 @@ def logged(log, pass_id):
 
 
 def test_cse_merges_equal_nodes_and_their_readers(save_model):
-    nodes = [helper.make_node("Sigmoid", ["x"], ["a"]), helper.make_node("Sigmoid", ["x"], ["b"]),
+    nodes = [helper.make_node("Tanh", ["x"], ["a"]), helper.make_node("Tanh", ["x"], ["b"]),
              helper.make_node("Mul", ["a", "x"], ["c"]), helper.make_node("Mul", ["b", "x"], ["d"]),
              helper.make_node("Add", ["c", "d"], ["y"])]
     types, log = run(save_model, model(nodes, [("x", [3, 5])]), {"x": rand(3, 5)})
-    assert types == ["Sigmoid", "Mul", "Add"]
-    assert "merged Mul 1" in logged(log, "cse") and "merged Sigmoid 1" in logged(log, "cse")
+    assert types == ["Tanh", "Mul", "Add"]
+    assert "merged Mul 1" in logged(log, "cse") and "merged Tanh 1" in logged(log, "cse")
 
 
 def test_cse_keeps_nodes_that_differ_in_attributes_or_are_random(save_model):
@@ -111,6 +111,20 @@ def test_transpose_sinks_below_elementwise_ops_and_meets_its_inverse(save_model)
     types, log = run(save_model, m, {"x": rand(2, 3, 4), "z": rand(2, 3, 4)})
     assert types == ["Sigmoid", "Mul", "Add"]
     assert "sank Transpose below Add 1" in logged(log, "sink_transposes")
+
+
+@pytest.mark.parametrize("perm, sinks", [([0, 1, 3, 2], True), ([0, 2, 1, 3], False)])
+def test_transpose_sinks_below_batch_norm_that_keeps_its_channels(save_model, perm, sinks):
+    c = 4
+    stats = {"g": rand(c), "b": rand(c), "m": rand(c), "v": np.abs(rand(c)) + 0.5}
+    inverse = list(np.argsort(perm))
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+             helper.make_node("BatchNormalization", ["t", "g", "b", "m", "v"], ["n"]),
+             helper.make_node("Transpose", ["n"], ["y"], perm=inverse)]
+    shape = [2, c, c, c]  # every permutation keeps a valid BN input
+    types, _ = run(save_model, model(nodes, [("x", shape)], stats), {"x": rand(*shape)})
+    assert types == (["BatchNormalization"] if sinks else
+                     ["Transpose", "BatchNormalization", "Transpose"])
 
 
 def test_transpose_does_not_sink_into_a_non_scalar_operand(save_model):

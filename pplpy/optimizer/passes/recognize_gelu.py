@@ -3,13 +3,14 @@
     x * 0.5 * (1 + Erf(x / sqrt(2)))                                ==>  Gelu(x)
     0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))         ==>  Gelu(x, "tanh")
     x * HardSigmoid(x, 1/6, 0.5)  |  x * Clip(x + 3, 0, 6) / 6      ==>  HardSwish(x)
+    x * Sigmoid(x)  (SiLU)                                          ==>  Swish(x)
 
 Gelu exists from opset 20; the new node carries opset 20 whatever the model imports (a node
 selects its op by its own opset).  Both are activations the engine then fuses into the
 MatMul / Gemm before them, where the decomposed forms were 5 to 9 passes over memory.  The
 constants must match to 1e-6 relative; the products may come in any order, Div by c written
-as Mul by 1/c.  x * Sigmoid(x) (SiLU) stays: ONNX has no SiLU op pplpy runs, and Sigmoid
-then Mul is already two cheap element-wise steps.
+as Mul by 1/c.  SiLU becomes Swish (opset 24, alpha 1): one activation, which a Conv before it
+then runs in its epilogue (EfficientNet, YOLO).
 """
 
 import math
@@ -25,10 +26,11 @@ from pplpy.optimizer.passes.pattern_rule import (
     scaling,
     times_x_and,
 )
-from pplpy.params.onnx import GeluParam
+from pplpy.params.onnx import GeluParam, SwishParam
 
 GELU_OPSET = 20
 HARD_SWISH_OPSET = 14
+SWISH_OPSET = 24
 SQRT_2 = math.sqrt(2.0)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_CUBIC = 0.044715
@@ -98,15 +100,29 @@ def _clip_bounds(graph, clip):
 
 
 class RecognizeGelu(PatternRule):
-    """Erf- and Tanh-form GELU to Gelu, both HardSwish spellings to HardSwish."""
+    """Erf- and Tanh-form GELU to Gelu, both HardSwish spellings to HardSwish, SiLU to
+    Swish."""
 
     name = "recognize_gelu"
-    op_types = {("", "Erf"), ("", "Tanh"), ("", "HardSigmoid"), ("", "Clip")}
+    op_types = {("", "Erf"), ("", "Tanh"), ("", "HardSigmoid"), ("", "Clip"), ("", "Sigmoid")}
 
     def apply(self, graph, node, ctx):
         if node.op_type in ("Erf", "Tanh"):
             return self._gelu(graph, node)
+        if node.op_type == "Sigmoid":
+            return self._swish(graph, node)
         return self._hard_swish(graph, node)
+
+    def _swish(self, graph, node):
+        x = node.inputs[0]
+        mul = only_reader(graph, node.outputs[0], "Mul")
+        if mul is None or other(mul, node.outputs[0]) != x or not is_float32(graph, x):
+            return False
+        if not self.can_replace(graph, [node, mul], mul.outputs[0]):
+            return False
+        out = mul.outputs[0]
+        swish = self.new_node(graph, "Swish", SWISH_OPSET, [x], [out], SwishParam())
+        return self.replace(graph, [node, mul], out, [swish], "Swish")
 
     def _gelu(self, graph, node):
         argument = (_erf_argument if node.op_type == "Erf" else _tanh_argument)(graph, node)

@@ -5,9 +5,10 @@ cancelled.
 - Transpose(Transpose(x, p), q) is one Transpose(x, p[q]) (removed if that is the identity);
 - a Transpose that moves no data (it only moves dims of size 1 among the others) is a
   Reshape;
-- a Transpose sinks below a single-input element-wise op (Relu, Sigmoid, ...) and below an
+- a Transpose sinks below a single-input element-wise op (Relu, Sigmoid, ...), below an
   element-wise binary op whose other operand is a scalar constant or the same Transpose of
-  another value, so the transposes of a chain meet and cancel.
+  another value, and below an inference BatchNormalization when it keeps axis 1 in place
+  (the channels BN scales stay the same), so the transposes of a chain meet and cancel.
 
 Every rule needs the Transpose's input rank (from the value records); perm None means
 reversed axes.
@@ -101,7 +102,7 @@ class SinkTransposes(RewriteRule):
     T(Mul(x, 2))."""
 
     name = "sink_transposes"
-    op_types = {("", op) for op in UNARY | BINARY}
+    op_types = {("", op) for op in UNARY | BINARY | {"BatchNormalization"}}
 
     def condition(self, graph, node, ctx):
         if len(node.outputs) != 1 or graph.is_graph_output(node.outputs[0]):
@@ -119,6 +120,9 @@ class SinkTransposes(RewriteRule):
             return False
         if node.op_type in UNARY:
             return len(node.inputs) == 1
+        if node.op_type == "BatchNormalization":
+            return (node.inputs[0] == transposes[0].outputs[0] and len(perm) >= 2
+                    and perm[1] == 1 and len([o for o in node.outputs if o]) == 1)
         if len(node.inputs) != 2:
             return False
         if len(transposes) == 2:
