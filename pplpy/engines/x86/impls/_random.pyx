@@ -9,6 +9,11 @@
 #     normal      y = mean + scale * sqrt(-2 log u1) cos(2 pi u2)    (Box-Muller)
 #     bernoulli   y = 1 if u < p[i] else 0                   (p the input, float32/64)
 #
+# Without a seed attribute every run draws new values: a serial step before the fill
+# (make_draw_seed_step) takes the next number of a counter the kernel owns (an atomic
+# fetch-add, so runtimes sharing the kernel never take the same one) and writes
+# hash(base seed, number) into the fill step's seed.
+#
 # ONNX does not specify the generator: values match no other engine's, only their
 # distribution.  Baseline flags (logf/cosf from libm; not a hot path).
 
@@ -19,6 +24,15 @@ import numpy as np
 
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 from pplpy.runtime.step import run_steps
+
+cdef extern from *:
+    """
+    static inline unsigned long long ppl_next_draw(unsigned long long *counter) {
+        return __atomic_fetch_add(counter, 1ULL, __ATOMIC_RELAXED);
+    }
+    """
+    unsigned long long ppl_next_draw(unsigned long long *counter) noexcept nogil
+
 
 cdef enum:
     GRAIN = 65536
@@ -104,6 +118,31 @@ def make_random_step(str kind, out_dtype, size_t y, Py_ssize_t n, uint64_t seed,
     r = <RandomArgs *>step.args
     r.kind, r.out_type, r.p_double = kinds[kind], _OUT[dt], p_double
     r.y, r.p, r.n, r.seed, r.a, r.b = <void *>y, <const void *>p, n, seed, a, b
+    return step
+
+
+cdef struct DrawArgs:
+    RandomArgs *fill
+    unsigned long long *counter
+    uint64_t base
+
+
+cdef void _draw_seed_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const DrawArgs *d = <const DrawArgs *>p
+    d.fill.seed = _bits(d.base, ppl_next_draw(d.counter))
+
+
+def make_draw_seed_step(Step fill, size_t counter, uint64_t base):
+    """Serial step: the next seed of ``fill`` (a step from make_random_step) is
+    hash(base, n), n the next number of the uint64 counter at ``counter``.  Run it before
+    ``fill``: each run then draws new values."""
+    if fill.fn != _random_step or counter == 0:
+        raise ValueError("make_draw_seed_step needs a random step and a counter")
+    cdef Step step = new_step(_draw_seed_step, sizeof(DrawArgs), False, fill)
+    cdef DrawArgs *d = <DrawArgs *>step.args
+    d.fill = <RandomArgs *>fill.args
+    d.counter = <unsigned long long *>counter
+    d.base = base
     return step
 
 

@@ -256,10 +256,15 @@ def test_random_distributions(isa, save_model):
                 attrs = dict(attrs, seed=seed)
             path = save_model(_random_model(op_type, attrs, like))
             feeds = {} if like is None else {"x": like}
-            y1 = pplpy.load(path, max_isa=isa, num_threads=1).run(feeds)["y"]
+            rt = pplpy.load(path, max_isa=isa, num_threads=1)
+            y1, again = rt.run(feeds)["y"], rt.run(feeds)["y"]
             y2 = pplpy.load(path, max_isa=isa, num_threads=2).run(feeds)["y"]
             if seed is not None:
                 np.testing.assert_array_equal(y1, y2)  # a seed fixes the values
+                np.testing.assert_array_equal(y1, again)
+            else:  # each run draws new values, each build from its own entropy (float32
+                # draws coincide by chance at a rate of about 2^-23 per element)
+                assert np.mean(y1 == again) < 1e-3 and np.mean(y1 == y2) < 1e-3
             if "Uniform" in op_type:
                 lo, hi = attrs["low"], attrs["high"]
                 assert lo <= y1.min() and y1.max() < hi
@@ -309,6 +314,33 @@ def test_random_ops_are_not_folded(tmp_path):
     x = np.zeros(64, np.float32)
     first = rt.run({"x": x})["y"]
     assert ((0 <= first) & (first < 1)).all() and len(np.unique(first)) > 32
+
+
+def test_unseeded_draws_differ_between_runs_and_runtimes_of_one_build(tmp_path):
+    """Runtimes of one builder share the kernel's draw counter, so no two runs (on either
+    runtime, from two threads at once) repeat each other's values."""
+    import threading
+
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("RandomNormal", [], ["y"], shape=[256])],
+                              "rand", [], [helper.make_tensor_value_info(
+                                  "y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    builder = pplpy.RuntimeBuilder.from_onnx(model.SerializeToString())
+    runtimes = [builder.create_runtime() for _ in range(2)]
+    draws = []
+
+    def run(rt):
+        for _ in range(20):
+            draws.append(rt.run({})["y"])
+
+    threads = [threading.Thread(target=run, args=(rt,)) for rt in runtimes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({d.tobytes() for d in draws}) == 40
 
 
 def test_random_uniform_stays_below_high_in_float32():

@@ -8,10 +8,11 @@ RandomNormalLike (1, 22) and Bernoulli (15, 22).
 Outputs are float32 or float64 (Bernoulli: also bool, int8/uint8, int32, int64), as
 ``dtype`` says (the *Like ops and Bernoulli default to the input's type).  With ``seed``
 the values are a fixed function of (seed, element index), the same for every run and
-thread count; without, the kernel draws a seed from the OS when it is made, so one built
-model repeats its values run after run while two builds differ.  ONNX fixes the
-distribution, not the generator: no other engine gives the same values.  One compiled step
-(``_random``).
+thread count.  Without, every run draws new values: the kernel takes a base seed from the
+OS when it is made and a counter, and a serial step before the fill seeds each run with
+hash(base, next count) (runtimes sharing the kernel take different counts).  ONNX fixes the
+distribution, not the generator: no other engine gives the same values.  Compiled steps of
+``_random``.
 """
 
 
@@ -47,6 +48,8 @@ class RandomKernel(X86Kernel):
         super().__init__(op_ctx)
         self.kind = kind
         self.seed = _seed_bits(self.param.seed)
+        # Unseeded: the number of runs drawn so far, shared by every plan of this kernel.
+        self.draws = None if self.param.seed is not None else np.zeros(1, np.uint64)
         p = self.param
         if kind == "uniform":
             self.a, self.b = float(p.low), float(p.high) - float(p.low)
@@ -65,14 +68,19 @@ class RandomKernel(X86Kernel):
             x = io.inputs[0]
             keep.append(x.array)
             p_addr, p_double = x.address, x.shape.data_type is DataType.FLOAT64
-        return _random.make_random_step(
+        fill = _random.make_random_step(
             self.kind, y.shape.data_type.numpy, y.address, y.shape.element_count, self.seed,
             self.a, self.b, p_addr, p_double, tuple(keep))
+        if self.draws is None:
+            return fill
+        draw = _random.make_draw_seed_step(fill, self.draws.ctypes.data, self.seed)
+        draw.keep = (draw.keep, self.draws)
+        return [draw, fill]
 
 
 class _RandomOp(X86OptKernel):
     # Never folded into a constant or evaluated on the host when a plan is made: the op
-    # stays a step.  (Without a seed, the kernel draws its seed once when it is made.)
+    # stays a step.  (Without a seed, every run draws new values.)
     deterministic = False
     kind = "uniform"
     allowed = _FLOATS
