@@ -3,7 +3,8 @@ input-shape signature and cached by the Runtime.
 
     feeds' shapes (+ values of value-deciding feeds)
       --shape inference, host evaluation of shape values (passes/inference.py)-->
-      --memory plan: one arena, live intervals (memory_planner.py)-->
+      --memory plan: one arena, live intervals (memory_planner.py); Concat inputs placed
+        inside their output where that is contiguous (inplace_concat.py)-->
       --kernel.make_step(io) for every node not evaluated on the host-->
       --step.Plan: the compiled step array, run in one nogil call
 
@@ -18,6 +19,7 @@ from pplpy.engines.x86.engine import run_once
 from pplpy.engines.x86.ops.kernel import Slot, StepIO
 from pplpy.engines.x86.passes.inference import infer_shapes
 from pplpy.errors import ShapeError
+from pplpy.runtime.inplace_concat import plan_inplace_concats
 from pplpy.runtime.memory_planner import ALIGNMENT, Buffer, plan_memory
 from pplpy.runtime.step import Plan
 
@@ -100,8 +102,16 @@ class ExecutionPlan:
             if name in first:
                 last[name] = last_step
         self.tensor_shapes = {name: tensor_shape(name) for name in first}
+        written = {name: index for index, node in enumerate(step_nodes)
+                   for name in node.outputs if name}
+        aliases, inplace = plan_inplace_concats(step_nodes, self.tensor_shapes, written, graph)
+        for name, (out, _) in aliases.items():  # the output's buffer holds its inputs
+            first[out] = min(first[out], first[name])
+            last[out] = max(last[out], last[name])
         buffers = []
         for name in first:
+            if name in aliases:
+                continue
             nbytes = self.tensor_shapes[name].bytes
             if nbytes > MAX_ARENA_BYTES:
                 raise ShapeError(f'value "{name}" would take {nbytes} bytes '
@@ -118,6 +128,14 @@ class ExecutionPlan:
         self.arena = raw[start:start + total]
         self._raw = raw
         self.arena_bytes = total
+        def place(name):  # an input may sit in a Concat output that sits in another
+            if name not in offsets:
+                out, offset = aliases[name]
+                offsets[name] = place(out) + offset
+            return offsets[name]
+
+        for name in aliases:
+            place(name)
         views = {}
         for name, offset in offsets.items():
             ts = self.tensor_shapes[name]
@@ -142,6 +160,8 @@ class ExecutionPlan:
 
         steps, self.step_nodes = [], []
         for node in step_nodes:
+            if node in inplace:  # its inputs were written in place
+                continue
             io = StepIO([slot(n) for n in node.inputs], [slot(n) for n in node.outputs],
                         num_threads)
             made = result.kernels[node].make_step(io)
