@@ -228,6 +228,35 @@ def _conv(g, x, prefix, c_in, c_out, kernel=1, group=1, stride=1):
                   strides=[stride, stride], group=group, dilations=[1, 1])
 
 
+def _conv_bn(g, x, prefix, c_in, c_out, kernel=3, stride=1):
+    """Conv without bias then BatchNormalization, as torchvision's ResNet exports in eval
+    mode (the engine folds the BN into the Conv)."""
+    w = g.weight(f"{prefix}.weight", (c_out, c_in, kernel, kernel),
+                 scale=math.sqrt(2.0 / (c_in * kernel * kernel)))
+    pad = kernel // 2
+    y = g.node("Conv", [x, w], kernel_shape=[kernel, kernel], pads=[pad] * 4,
+               strides=[stride, stride])
+    scale = g.weight(f"{prefix}.bn.weight", (c_out,), scale=0.1, offset=1.0)
+    bias = g.weight(f"{prefix}.bn.bias", (c_out,), scale=0.1)
+    mean = g.weight(f"{prefix}.bn.running_mean", (c_out,), scale=0.1)
+    var = g.weight(f"{prefix}.bn.running_var", (c_out,), scale=0.1, offset=1.0)
+    return g.node("BatchNormalization", [y, scale, bias, mean, var], epsilon=1e-5)
+
+
+def resnet_block(channels=32, size=14, batch=1, seed=4):
+    """A Conv-BN-Relu stem then a ResNet basic block: Conv-BN-Relu, Conv-BN, Add of the
+    block's input, Relu.  Input ``input`` [batch, channels, size, size], output ``output``."""
+    g = GraphBuilder(seed)
+    x = g.node("Relu", [_conv_bn(g, "input", "stem", channels, channels)])
+    h = g.node("Relu", [_conv_bn(g, x, "layer1.0.conv1", channels, channels)])
+    h = _conv_bn(g, h, "layer1.0.conv2", channels, channels)
+    out = g.node("Relu", [g.node("Add", [h, x])])
+    g.nodes.append(helper.make_node("Identity", [out], ["output"], name="/output_Identity"))
+    shape = [batch, channels, size, size]
+    return g.model([helper.make_tensor_value_info("input", FLOAT, shape)],
+                   [helper.make_tensor_value_info("output", FLOAT, shape)], "resnet_block")
+
+
 def mobilenetv3_block(channels=24, expand=72, squeeze=24, size=14, batch=1, seed=2):
     """A 1x1 Conv-HardSwish stem (the previous layer, so the residual reads a convolution's
     output) then a MobileNetV3 inverted residual with squeeze-excite (stride 1, HardSwish):
