@@ -1,4 +1,5 @@
-"""Real-size CNNs built with onnx.helper and random weights (fixed seed, no downloads).
+"""Real-size CNNs and transformers built with onnx.helper and random weights (fixed seed,
+no downloads).
 
     python benchmarks/models.py --verify        # check every builder (see verify())
     python benchmarks/models.py --save DIR      # write the full-size models as .onnx
@@ -10,9 +11,16 @@ Sigmoid * Mul for SiLU/Swish, GlobalAveragePool -> Flatten -> Gemm(transB=1) cla
 Input "input" (N x 3 x H x W), output "output" (N x classes).  ``width`` scales every
 channel count and ``size`` the image side, so a small variant of the same graph can be
 checked against onnx.reference.
+
+The transformers (BERT-base, GPT-2 small, ViT-B/16: ``TRANSFORMER_BUILDERS``, with a
+``layers`` option, 12 by default) come from tests/models/graph_builders.py, in the forms the
+PyTorch exporter writes: Linear as MatMul + Add, attention as MatMul/Div/Add(mask)/Softmax/
+MatMul with Reshape/Transpose and Shape/Gather/Concat shape subgraphs, Erf (BERT, ViT) or
+Tanh (GPT-2) GELU, LayerNormalization (``ln="decomposed"``: ReduceMean/Sub/Pow/Sqrt/Div).
 """
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -21,7 +29,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import prefer_checkout  # noqa: E402
+from _common import REPO, prefer_checkout  # noqa: E402
 
 prefer_checkout()
 
@@ -211,8 +219,41 @@ def efficientnet_b0(batch=1, size=224, width=1.0, classes=1000, seed=0):
     return net.model(batch, size, classes)
 
 
-BUILDERS = {"mobilenet_v2": mobilenet_v2, "resnet50": resnet50,
-            "efficientnet_b0": efficientnet_b0}
+CNN_BUILDERS = {"mobilenet_v2": mobilenet_v2, "resnet50": resnet50,
+                "efficientnet_b0": efficientnet_b0}
+
+
+def _graph_builders():
+    """tests/models/graph_builders.py, where the exporter-style transformer builders live
+    once: the tests check them at tiny size (tests/models/test_transformer_benchmarks.py),
+    the suite times them at real size.  Loaded by path: the tests' folder is no package."""
+    path = os.path.join(REPO, "tests", "models", "graph_builders.py")
+    spec = importlib.util.spec_from_file_location("pplpy_tests_graph_builders", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bert_base(layers=12, batch=1, seq=128, ln="fused", seed=0):
+    """BERT-base (hidden 768, 12 heads, FFN 3072, vocab 30522) with fixed input dims:
+    inputs input_ids and attention_mask [batch, seq] int64."""
+    return _graph_builders().bert_model(layers=layers, batch=batch, seq=seq, ln=ln, seed=seed)
+
+
+def gpt2_small(layers=12, batch=1, seq=128, seed=1):
+    """GPT-2 small (hidden 768, 12 heads, vocab 50257, causal mask): input input_ids."""
+    return _graph_builders().gpt2_model(layers=layers, batch=batch, seq=seq, seed=seed)
+
+
+def vit_b16(layers=12, batch=1, size=224, seed=5):
+    """ViT-B/16 (patch 16 as a Conv, hidden 768, 12 heads, 1000 classes): input
+    pixel_values [batch, 3, size, size]."""
+    return _graph_builders().vit_model(layers=layers, batch=batch, image=size, seed=seed)
+
+
+# Checked at tiny size by tests/models/test_transformer_benchmarks.py (verify() skips them).
+TRANSFORMER_BUILDERS = {"bert_base": bert_base, "gpt2_small": gpt2_small, "vit_b16": vit_b16}
+BUILDERS = {**CNN_BUILDERS, **TRANSFORMER_BUILDERS}
 
 
 def _input(model, seed=1):
@@ -233,7 +274,11 @@ def verify(names=None, tol=1e-3):
     from onnx.reference import ReferenceEvaluator
 
     failures = 0
-    for name in names or BUILDERS:
+    for name in names or CNN_BUILDERS:
+        if name in TRANSFORMER_BUILDERS:
+            print(f"{name:16} checked at tiny size against ONNX Runtime by "
+                  f"tests/models/test_transformer_benchmarks.py")
+            continue
         small = BUILDERS[name](size=64, width=0.25, classes=10)
         x = _input(small)
         want = ReferenceEvaluator(small).run(None, {"input": x})[0]

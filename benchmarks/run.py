@@ -67,10 +67,16 @@ def model_path(entry, folder):
 
 
 def make_feeds(rt):
+    """Seeded inputs of the declared shapes (free dims 1): floats from a normal
+    distribution; integer inputs (the transformers' token ids and attention masks) all 1,
+    a valid id of every embedding table and a mask that keeps every token."""
     rng = np.random.default_rng(0)
-    return {t.name: rng.standard_normal(tuple(d if isinstance(d, int) and d > 0 else 1
-                                              for d in t.dims)).astype(t.dtype)
-            for t in rt.inputs}
+    feeds = {}
+    for t in rt.inputs:
+        shape = tuple(d if isinstance(d, int) and d > 0 else 1 for d in t.dims)
+        feeds[t.name] = (np.ones(shape, t.dtype) if np.issubdtype(t.dtype, np.integer)
+                         else rng.standard_normal(shape).astype(t.dtype))
+    return feeds
 
 
 def first_output(result):

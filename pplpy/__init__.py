@@ -38,7 +38,7 @@ __all__ = [
     "DataFormat", "DataType", "ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "InputError", "InternalError", "ModelError",
     "NodeArg", "PluginError", "PplError", "RegistryError", "Runtime", "RuntimeBuilder",
     "SessionOptions", "ShapeError", "Tensor", "TensorShape", "UnsupportedOpError", "X86Engine",
-    "get_available_providers", "load",
+    "get_available_providers", "load", "save_optimized_model",
 ]
 
 
@@ -65,3 +65,26 @@ def load(path, num_threads=None, max_isa=None, in_shapes=None, passes=None, fusi
                                        passes=passes, plan_cache_size=plan_cache_size,
                                        cast_to_float32=cast_to_float32)
     return builder.create_runtime()
+
+
+def save_optimized_model(path, out_path, max_isa=None, in_shapes=None, passes=None,
+                         fusion=True, cast_to_float32=False):
+    """Optimise the ONNX model at ``path`` as ``load`` would (same options) and write the
+    graph as the engine has it after graph rewrites and post-op fusion to ``out_path``;
+    return the written ModelProto.
+
+    Folded constants, recognised patterns (LayerNormalization, Gelu, MatMulBias, ...) and
+    fused activations are kept, so loading the file needs no second optimisation; fused
+    nodes and ops newer than the model's opset are written in the ``pplpy`` domain, which
+    only pplpy reads (see ``pplpy/engines/x86/save_model.py``).  The engine's format
+    reorders are left out: formats are chosen again on load.  Raises only PplError
+    subclasses (one naming the node if a node cannot be written faithfully).
+    """
+    from pplpy.engines.x86.save_model import capture, write_model
+
+    on_pass, holder = capture()
+    engine = X86Engine(max_isa=max_isa, num_threads=1, fusion=fusion)
+    RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes, passes=passes,
+                             cast_to_float32=cast_to_float32, on_pass=on_pass)
+    write_model(holder["model"], out_path)
+    return holder["model"]

@@ -25,6 +25,7 @@ prints (``--debug`` prints the traceback of any error).
     pplnn --profile-trace trace.json ...   # Chrome trace of the timed runs (Perfetto)
     pplnn --list-passes                    # the graph optimiser's passes and default pipeline
     pplnn --onnx-model m.onnx --passes p.yaml --pass-log --dump-graph all
+    pplnn --onnx-model m.onnx --save-optimized-model m.opt.onnx   # the optimised graph
 """
 
 import argparse
@@ -44,6 +45,7 @@ import pplpy
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.engines.x86.engine import MM_POLICIES
 from pplpy.engines.x86.pipeline import OPTIMIZER_PREFIX, PASS_NAMES
+from pplpy.engines.x86.save_model import capture, write_model
 from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.errors import InternalError, PplError
@@ -133,6 +135,10 @@ def build_parser():
                      "PASS, the graph after that pass instead: an engine pass (one of: "
                      f"{', '.join(PASS_NAMES)}), a graph-optimiser pass as optimizer:<id>, "
                      "or 'all' for the graph after every pass")
+    out.add_argument("--save-optimized-model", metavar="PATH",
+                     help="write the graph as the engine has it after graph rewrites and "
+                     "post-op fusion (no Reorder nodes) as ONNX to PATH; fused nodes are in "
+                     "the pplpy domain, which pplpy reads back without optimising again")
     out.add_argument("--pass-log", action="store_true",
                      help="print what each graph-optimiser pass changed (rounds, changes, "
                      "nodes before and after, what it folded or fused); --dump-graph "
@@ -513,6 +519,10 @@ def _run(argv):
         folder = os.path.dirname(os.path.abspath(args.profile_trace))
         if not os.path.isdir(folder):
             raise CliError(f'--profile-trace: folder "{folder}" does not exist')
+    if args.save_optimized_model is not None:
+        folder = os.path.dirname(os.path.abspath(args.save_optimized_model))
+        if not os.path.isdir(folder):
+            raise CliError(f'--save-optimized-model: folder "{folder}" does not exist')
     in_shapes = parse_in_shapes(args.in_shapes) if args.in_shapes is not None else None
     demo = args.onnx_model is None
     if demo:
@@ -536,6 +546,9 @@ def _run(argv):
                                           kernels=getattr(state, "kernels", None)))
     else:
         on_pass = None
+    saved = {}
+    if args.save_optimized_model is not None:
+        on_pass, saved = capture(on_pass)
     engine = pplpy.X86Engine(max_isa=cap, num_threads=args.num_threads,
                              fusion=not args.disable_fusion, mm_policy=args.mm_policy)
     builder = pplpy.RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
@@ -572,6 +585,10 @@ def _run(argv):
     print(f"memory: weights {memory['weights']} bytes, arena {rt.memory_bytes} bytes, "
           f"plan {memory['plan']} bytes")
 
+    if "model" in saved:
+        write_model(saved["model"], args.save_optimized_model)
+        print(f"saved the optimized model ({len(saved['model'].graph.node)} nodes) to "
+              f"{args.save_optimized_model}")
     if args.save_inputs:
         for name, file, size in save_tensors(feeds, args.save_data_dir, "pplnn_input-"):
             print(f'saved input "{name}" to {file} ({size} bytes)')

@@ -1,7 +1,9 @@
 """Model-sized graphs in the forms ``torch.onnx.export`` writes, built with ``onnx.helper``.
 
 Each builder returns a ``ModelProto`` with random weights from a fixed seed: a BERT-style
-encoder layer and a GPT-2-style decoder layer with a symbolic batch and sequence axis (shape
+encoder layer and a GPT-2-style decoder layer, and whole BERT, GPT-2 and ViT models (the
+transformer benchmarks of benchmarks/models.py at real size, tests at tiny size), with a
+symbolic batch and sequence axis (shape
 subgraphs Shape -> Gather -> Unsqueeze -> Concat -> Reshape, Linear as MatMul + Add with the
 bias first, scalar constants as Constant nodes, as the exporter writes them), and a
 MobileNetV3-style and a ShuffleNetV2-style block (BatchNorm folded into Conv, as exported in
@@ -113,6 +115,43 @@ class GraphBuilder:
         return model
 
 
+def _bert_layer(g, x, additive, batch, seq, hidden, heads, ffn, ln, gelu, prefix=""):
+    """One post-LN BERT encoder layer on ``x`` [batch, seq, hidden]; ``additive`` is the
+    attention mask as an additive term broadcast to the scores."""
+    head_dim = hidden // heads
+    q = g.split_heads(g.linear(x, f"{prefix}attention.self.query", hidden, hidden), batch, seq,
+                      heads, head_dim, [0, 2, 1, 3])
+    k = g.split_heads(g.linear(x, f"{prefix}attention.self.key", hidden, hidden), batch, seq,
+                      heads, head_dim, [0, 2, 3, 1])
+    v = g.split_heads(g.linear(x, f"{prefix}attention.self.value", hidden, hidden), batch, seq,
+                      heads, head_dim, [0, 2, 1, 3])
+    scores = g.node("Div", [g.node("MatMul", [q, k]), g.const(math.sqrt(head_dim))])
+    probs = g.node("Softmax", [g.node("Add", [scores, additive])], axis=-1)
+    context = g.merge_heads(g.node("MatMul", [probs, v]), batch, seq, hidden)
+    attn_out = g.linear(context, f"{prefix}attention.output.dense", hidden, hidden)
+    h = g.layer_norm(g.node("Add", [attn_out, x]), f"{prefix}attention.output.LayerNorm",
+                     hidden, ln)
+    inter = g.gelu(g.linear(h, f"{prefix}intermediate.dense", hidden, ffn), gelu)
+    out = g.node("Add", [g.linear(inter, f"{prefix}output.dense", ffn, hidden), h])
+    return g.layer_norm(out, f"{prefix}output.LayerNorm", hidden, ln)
+
+
+def _bert_mask(g, attn, batch, seq, mask):
+    """The additive attention mask from ``attn`` [batch, seq] int64 (1 = token)."""
+    m = g.node("Unsqueeze", [g.node("Unsqueeze", [attn, g.const([1], np.int64)]),
+                             g.const([2], np.int64)])  # [batch, 1, 1, seq]
+    if mask == "cast":
+        m = g.node("Cast", [m], to=FLOAT)
+        return g.node("Mul", [g.node("Sub", [g.const(1.0), m]), g.const(FLOAT_MIN)])
+    is_pad = g.node("Equal", [m, g.const(0, np.int64)])
+    additive = g.node("Where", [is_pad, g.const(FLOAT_MIN), g.const(0.0)])
+    return g.node("Expand", [additive, g.concat_shape(batch, 1, seq, seq)])
+
+
+def _output(g, out, name="output"):
+    g.nodes.append(helper.make_node("Identity", [out], [name], name=f"/{name}_Identity"))
+
+
 def bert_encoder_layer(ln="fused", gelu="erf", mask="cast", hidden=64, heads=4, ffn=256,
                        seed=0):
     """A BERT encoder layer: inputs ``hidden_states`` [batch, seq, hidden] float and
@@ -124,41 +163,107 @@ def bert_encoder_layer(ln="fused", gelu="erf", mask="cast", hidden=64, heads=4, 
     ``gelu``: "erf" or "tanh" form.
     """
     g = GraphBuilder(seed)
-    head_dim = hidden // heads
     x, attn = "hidden_states", "attention_mask"
     batch, seq = g.dim(x, 0), g.dim(x, 1)
-
-    q = g.split_heads(g.linear(x, "attention.self.query", hidden, hidden), batch, seq, heads,
-                      head_dim, [0, 2, 1, 3])
-    k = g.split_heads(g.linear(x, "attention.self.key", hidden, hidden), batch, seq, heads,
-                      head_dim, [0, 2, 3, 1])
-    v = g.split_heads(g.linear(x, "attention.self.value", hidden, hidden), batch, seq, heads,
-                      head_dim, [0, 2, 1, 3])
-    scores = g.node("Div", [g.node("MatMul", [q, k]), g.const(math.sqrt(head_dim))])
-
-    m = g.node("Unsqueeze", [g.node("Unsqueeze", [attn, g.const([1], np.int64)]),
-                             g.const([2], np.int64)])  # [batch, 1, 1, seq]
-    if mask == "cast":
-        m = g.node("Cast", [m], to=FLOAT)
-        additive = g.node("Mul", [g.node("Sub", [g.const(1.0), m]), g.const(FLOAT_MIN)])
-    else:
-        is_pad = g.node("Equal", [m, g.const(0, np.int64)])
-        additive = g.node("Where", [is_pad, g.const(FLOAT_MIN), g.const(0.0)])
-        additive = g.node("Expand", [additive, g.concat_shape(batch, 1, seq, seq)])
-    probs = g.node("Softmax", [g.node("Add", [scores, additive])], axis=-1)
-    context = g.merge_heads(g.node("MatMul", [probs, v]), batch, seq, hidden)
-
-    attn_out = g.linear(context, "attention.output.dense", hidden, hidden)
-    h = g.layer_norm(g.node("Add", [attn_out, x]), "attention.output.LayerNorm", hidden, ln)
-    inter = g.gelu(g.linear(h, "intermediate.dense", hidden, ffn), gelu)
-    out = g.node("Add", [g.linear(inter, "output.dense", ffn, hidden), h])
-    out = g.layer_norm(out, "output.LayerNorm", hidden, ln)
-    g.nodes.append(helper.make_node("Identity", [out], ["output"], name="/output_Identity"))
+    additive = _bert_mask(g, attn, batch, seq, mask)
+    _output(g, _bert_layer(g, x, additive, batch, seq, hidden, heads, ffn, ln, gelu))
     return g.model(
         [helper.make_tensor_value_info(x, FLOAT, ["batch", "seq", hidden]),
          helper.make_tensor_value_info(attn, INT64, ["batch", "seq"])],
         [helper.make_tensor_value_info("output", FLOAT, ["batch", "seq", hidden])],
         "bert_layer")
+
+
+def bert_model(layers=12, hidden=768, heads=12, ffn=3072, vocab=30522, max_pos=512,
+               batch="batch", seq="seq", ln="fused", mask="cast", seed=0):
+    """BERT (base by default) as HF's BertModel exports: inputs ``input_ids`` and
+    ``attention_mask`` [batch, seq] int64; word + position + token-type embeddings,
+    LayerNorm, ``layers`` encoder layers (erf GELU); output ``output`` (the last hidden
+    state).  ``batch`` / ``seq`` are ints for fixed dims or names for symbolic ones."""
+    g = GraphBuilder(seed)
+    ids, attn = "input_ids", "attention_mask"
+    b, s = g.dim(ids, 0), g.dim(ids, 1)
+    seq_scalar = g.node("Gather", [g.node("Shape", [ids]), g.const(1, np.int64)], axis=0)
+    positions = g.node("Unsqueeze", [
+        g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)]),
+        g.const([0], np.int64)])
+    words = g.node("Gather", [g.weight("embeddings.word_embeddings.weight", (vocab, hidden),
+                                       scale=0.05), ids])
+    pos = g.node("Gather", [g.weight("embeddings.position_embeddings.weight",
+                                     (max_pos, hidden), scale=0.05), positions])
+    token_type = g.node("Gather", [g.weight("embeddings.token_type_embeddings.weight",
+                                            (2, hidden), scale=0.05),
+                                   g.node("ConstantOfShape", [g.node("Shape", [ids])],
+                                          value=helper.make_tensor("value", INT64, [1], [0]))])
+    x = g.node("Add", [g.node("Add", [words, token_type]), pos])
+    x = g.layer_norm(x, "embeddings.LayerNorm", hidden, ln)
+    additive = _bert_mask(g, attn, b, s, mask)
+    for i in range(layers):
+        x = _bert_layer(g, x, additive, b, s, hidden, heads, ffn, ln, "erf",
+                        f"encoder.layer.{i}.")
+    _output(g, x)
+    return g.model(
+        [helper.make_tensor_value_info(ids, INT64, [batch, seq]),
+         helper.make_tensor_value_info(attn, INT64, [batch, seq])],
+        [helper.make_tensor_value_info("output", FLOAT, [batch, seq, hidden])], "bert")
+
+
+def _causal_scores(g, scores, seq, seq_scalar, causal):
+    """Scores with the future masked out, as GPT-2's exports write it."""
+    if causal == "trilu":
+        ones = g.node("ConstantOfShape", [g.concat_shape(seq, seq)],
+                      value=helper.make_tensor("value", TensorProto.BOOL, [1], [True]))
+        allowed = g.node("Trilu", [ones], upper=0)
+        return g.node("Where", [allowed, scores, g.const(FLOAT_MIN)])
+    r = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
+    rows = g.node("Unsqueeze", [r, g.const([1], np.int64)])
+    cols = g.node("Unsqueeze", [r, g.const([0], np.int64)])
+    future = g.node("Less", [rows, cols])
+    return g.node("Where", [future, g.const(FLOAT_MIN), scores])
+
+
+def _gpt2_block(g, x, batch, seq, seq_scalar, hidden, heads, causal, prefix=""):
+    """One pre-LN GPT-2 block (c_attn split into q/k/v, causal mask, tanh GELU MLP)."""
+    head_dim = hidden // heads
+    h = g.layer_norm(x, f"{prefix}ln_1", hidden, "fused")
+    qkv = g.linear(h, f"{prefix}attn.c_attn", hidden, 3 * hidden)
+    q, k, v = g.node("Split", [qkv, g.const([hidden] * 3, np.int64)], num_outputs=3, axis=2)
+    q = g.split_heads(q, batch, seq, heads, head_dim, [0, 2, 1, 3])
+    k = g.split_heads(k, batch, seq, heads, head_dim, [0, 2, 3, 1])
+    v = g.split_heads(v, batch, seq, heads, head_dim, [0, 2, 1, 3])
+    scores = g.node("Div", [g.node("MatMul", [q, k]), g.const(math.sqrt(head_dim))])
+    probs = g.node("Softmax", [_causal_scores(g, scores, seq, seq_scalar, causal)], axis=-1)
+    context = g.merge_heads(g.node("MatMul", [probs, v]), batch, seq, hidden)
+    x = g.node("Add", [x, g.linear(context, f"{prefix}attn.c_proj", hidden, hidden)])
+    h = g.layer_norm(x, f"{prefix}ln_2", hidden, "fused")
+    h = g.gelu(g.linear(h, f"{prefix}mlp.c_fc", hidden, 4 * hidden), "tanh")
+    return g.node("Add", [x, g.linear(h, f"{prefix}mlp.c_proj", 4 * hidden, hidden)])
+
+
+def gpt2_model(layers=12, hidden=768, heads=12, vocab=50257, max_pos=1024, causal="trilu",
+               batch="batch", seq="seq", final_ln=True, seed=1):
+    """GPT-2 (small by default) with its embeddings: input ``input_ids`` [batch, seq] int64,
+    output ``output`` [batch, seq, hidden].  Token and position embeddings (Gather, positions
+    from Range), ``layers`` blocks, then (``final_ln``) ln_f."""
+    g = GraphBuilder(seed)
+    ids = "input_ids"
+    b, s = g.dim(ids, 0), g.dim(ids, 1)
+    seq_scalar = g.node("Gather", [g.node("Shape", [ids]), g.const(1, np.int64)], axis=0)
+    wte = g.weight("wte.weight", (vocab, hidden), scale=0.5)
+    wpe = g.weight("wpe.weight", (max_pos, hidden), scale=0.1)
+    positions = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
+    pos = g.node("Unsqueeze", [positions, g.const([0], np.int64)])
+    x = g.node("Add", [g.node("Gather", [wte, ids]), g.node("Gather", [wpe, pos])])
+    for i in range(layers):
+        x = _gpt2_block(g, x, b, s, seq_scalar, hidden, heads, causal,
+                        f"h.{i}." if layers > 1 else "")
+    if final_ln:
+        x = g.layer_norm(x, "ln_f", hidden, "fused")
+    _output(g, x)
+    return g.model(
+        [helper.make_tensor_value_info(ids, INT64, [batch, seq])],
+        [helper.make_tensor_value_info("output", FLOAT, [batch, seq, hidden])],
+        "gpt2_layer" if layers == 1 else "gpt2")
 
 
 def gpt2_decoder_layer(causal="trilu", hidden=64, heads=4, vocab=100, max_pos=32, seed=1):
@@ -171,49 +276,55 @@ def gpt2_decoder_layer(causal="trilu", hidden=64, heads=4, vocab=100, max_pos=32
     ``causal="range"`` as Less(Range(seq)[:, None], Range(seq)[None, :]); MLP with the Tanh
     form of GELU.
     """
+    return gpt2_model(1, hidden, heads, vocab, max_pos, causal, final_ln=False, seed=seed)
+
+
+def vit_model(layers=12, hidden=768, heads=12, ffn=3072, image=224, patch=16, classes=1000,
+              batch="batch", ln="fused", seed=5):
+    """ViT-B/16 (by default) as timm / HF export it: input ``pixel_values`` [batch, 3,
+    image, image]; patch embedding as a Conv of stride ``patch``, Flatten + Transpose to
+    tokens, a class token Expand-ed to the batch and concatenated, position embeddings,
+    ``layers`` pre-LN encoder blocks (no mask, erf GELU), LayerNorm, the class token's row
+    through the head: output ``output`` [batch, classes]."""
     g = GraphBuilder(seed)
+    px = "pixel_values"
+    tokens = (image // patch) ** 2 + 1
     head_dim = hidden // heads
-    ids = "input_ids"
-    batch, seq = g.dim(ids, 0), g.dim(ids, 1)
-    seq_scalar = g.node("Gather", [g.node("Shape", [ids]), g.const(1, np.int64)], axis=0)
-
-    wte = g.weight("wte.weight", (vocab, hidden), scale=0.5)
-    wpe = g.weight("wpe.weight", (max_pos, hidden), scale=0.1)
-    positions = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
-    pos = g.node("Unsqueeze", [positions, g.const([0], np.int64)])
-    x = g.node("Add", [g.node("Gather", [wte, ids]), g.node("Gather", [wpe, pos])])
-
-    h = g.layer_norm(x, "ln_1", hidden, "fused")
-    qkv = g.linear(h, "attn.c_attn", hidden, 3 * hidden)
-    q, k, v = g.node("Split", [qkv, g.const([hidden] * 3, np.int64)], num_outputs=3, axis=2)
-    q = g.split_heads(q, batch, seq, heads, head_dim, [0, 2, 1, 3])
-    k = g.split_heads(k, batch, seq, heads, head_dim, [0, 2, 3, 1])
-    v = g.split_heads(v, batch, seq, heads, head_dim, [0, 2, 1, 3])
-    scores = g.node("Div", [g.node("MatMul", [q, k]), g.const(math.sqrt(head_dim))])
-
-    if causal == "trilu":
-        ones = g.node("ConstantOfShape", [g.concat_shape(seq, seq)],
-                      value=helper.make_tensor("value", TensorProto.BOOL, [1], [True]))
-        allowed = g.node("Trilu", [ones], upper=0)
-        scores = g.node("Where", [allowed, scores, g.const(FLOAT_MIN)])
-    else:
-        r = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
-        rows = g.node("Unsqueeze", [r, g.const([1], np.int64)])
-        cols = g.node("Unsqueeze", [r, g.const([0], np.int64)])
-        future = g.node("Less", [rows, cols])
-        scores = g.node("Where", [future, g.const(FLOAT_MIN), scores])
-    probs = g.node("Softmax", [scores], axis=-1)
-    context = g.merge_heads(g.node("MatMul", [probs, v]), batch, seq, hidden)
-    x = g.node("Add", [x, g.linear(context, "attn.c_proj", hidden, hidden)])
-
-    h = g.layer_norm(x, "ln_2", hidden, "fused")
-    h = g.gelu(g.linear(h, "mlp.c_fc", hidden, 4 * hidden), "tanh")
-    out = g.node("Add", [x, g.linear(h, "mlp.c_proj", 4 * hidden, hidden)])
-    g.nodes.append(helper.make_node("Identity", [out], ["output"], name="/output_Identity"))
+    w = g.weight("patch_embed.proj.weight", (hidden, 3, patch, patch),
+                 scale=1.0 / math.sqrt(3 * patch * patch))
+    x = g.node("Conv", [px, w, g.weight("patch_embed.proj.bias", (hidden,), scale=0.1)],
+               kernel_shape=[patch, patch], strides=[patch, patch])
+    b = g.dim(px, 0)
+    # x.flatten(2).transpose(1, 2): [batch, hidden, h, w] -> [batch, h * w, hidden]
+    x = g.node("Transpose", [g.node("Reshape", [x, g.concat_shape(b, hidden, -1)])],
+               perm=[0, 2, 1])
+    cls = g.node("Expand", [g.weight("cls_token", (1, 1, hidden), scale=0.02),
+                            g.concat_shape(b, 1, hidden)])
+    x = g.node("Concat", [cls, x], axis=1)
+    x = g.node("Add", [x, g.weight("pos_embed", (1, tokens, hidden), scale=0.02)])
+    seq = g.const([tokens], np.int64)
+    for i in range(layers):
+        p = f"blocks.{i}."
+        h = g.layer_norm(x, f"{p}norm1", hidden, ln)
+        q = g.split_heads(g.linear(h, f"{p}attn.q", hidden, hidden), b, seq, heads, head_dim,
+                          [0, 2, 1, 3])
+        k = g.split_heads(g.linear(h, f"{p}attn.k", hidden, hidden), b, seq, heads, head_dim,
+                          [0, 2, 3, 1])
+        v = g.split_heads(g.linear(h, f"{p}attn.v", hidden, hidden), b, seq, heads, head_dim,
+                          [0, 2, 1, 3])
+        scores = g.node("Mul", [g.node("MatMul", [q, k]), g.const(1.0 / math.sqrt(head_dim))])
+        probs = g.node("Softmax", [scores], axis=-1)
+        context = g.merge_heads(g.node("MatMul", [probs, v]), b, seq, hidden)
+        x = g.node("Add", [x, g.linear(context, f"{p}attn.proj", hidden, hidden)])
+        h = g.layer_norm(x, f"{p}norm2", hidden, ln)
+        h = g.gelu(g.linear(h, f"{p}mlp.fc1", hidden, ffn), "erf")
+        x = g.node("Add", [x, g.linear(h, f"{p}mlp.fc2", ffn, hidden)])
+    x = g.layer_norm(x, "norm", hidden, ln)
+    first = g.node("Gather", [x, g.const(0, np.int64)], axis=1)  # the class token's row
+    _output(g, g.linear(first, "head", hidden, classes))
     return g.model(
-        [helper.make_tensor_value_info(ids, INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("output", FLOAT, ["batch", "seq", hidden])],
-        "gpt2_layer")
+        [helper.make_tensor_value_info(px, FLOAT, [batch, 3, image, image])],
+        [helper.make_tensor_value_info("output", FLOAT, [batch, classes])], "vit")
 
 
 # ---- CNN blocks ----
@@ -226,6 +337,35 @@ def _conv(g, x, prefix, c_in, c_out, kernel=1, group=1, stride=1):
     pad = kernel // 2
     return g.node("Conv", [x, w, b], kernel_shape=[kernel, kernel], pads=[pad] * 4,
                   strides=[stride, stride], group=group, dilations=[1, 1])
+
+
+def _conv_bn(g, x, prefix, c_in, c_out, kernel=3, stride=1):
+    """Conv without bias then BatchNormalization, as torchvision's ResNet exports in eval
+    mode (the engine folds the BN into the Conv)."""
+    w = g.weight(f"{prefix}.weight", (c_out, c_in, kernel, kernel),
+                 scale=math.sqrt(2.0 / (c_in * kernel * kernel)))
+    pad = kernel // 2
+    y = g.node("Conv", [x, w], kernel_shape=[kernel, kernel], pads=[pad] * 4,
+               strides=[stride, stride])
+    scale = g.weight(f"{prefix}.bn.weight", (c_out,), scale=0.1, offset=1.0)
+    bias = g.weight(f"{prefix}.bn.bias", (c_out,), scale=0.1)
+    mean = g.weight(f"{prefix}.bn.running_mean", (c_out,), scale=0.1)
+    var = g.weight(f"{prefix}.bn.running_var", (c_out,), scale=0.1, offset=1.0)
+    return g.node("BatchNormalization", [y, scale, bias, mean, var], epsilon=1e-5)
+
+
+def resnet_block(channels=32, size=14, batch=1, seed=4):
+    """A Conv-BN-Relu stem then a ResNet basic block: Conv-BN-Relu, Conv-BN, Add of the
+    block's input, Relu.  Input ``input`` [batch, channels, size, size], output ``output``."""
+    g = GraphBuilder(seed)
+    x = g.node("Relu", [_conv_bn(g, "input", "stem", channels, channels)])
+    h = g.node("Relu", [_conv_bn(g, x, "layer1.0.conv1", channels, channels)])
+    h = _conv_bn(g, h, "layer1.0.conv2", channels, channels)
+    out = g.node("Relu", [g.node("Add", [h, x])])
+    g.nodes.append(helper.make_node("Identity", [out], ["output"], name="/output_Identity"))
+    shape = [batch, channels, size, size]
+    return g.model([helper.make_tensor_value_info("input", FLOAT, shape)],
+                   [helper.make_tensor_value_info("output", FLOAT, shape)], "resnet_block")
 
 
 def mobilenetv3_block(channels=24, expand=72, squeeze=24, size=14, batch=1, seed=2):

@@ -18,3 +18,14 @@ class ChannelShuffleParam:
     """ShuffleNet's channel shuffle: channels as (group, C / group), transposed."""
 
     group: int
+
+
+@dataclass(frozen=True, slots=True)
+class FusedParam:
+    """A pplpy-domain twin of a standard op, as a saved optimised model writes it
+    (ops/pplpy/standard_twins.py): ``op`` is the standard op's own param (None for an op
+    without attributes) and ``post_ops`` the post-ops fused into its epilogue, in the form
+    op contexts hold them (``op.post_ops``)."""
+
+    op: object
+    post_ops: tuple = ()

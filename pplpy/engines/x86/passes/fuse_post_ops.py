@@ -18,7 +18,10 @@ from pplpy.common.data_type import DataType
 
 # MatMul: every shape (batched, 1-D operands) runs on the gemm step, whose epilogue applies
 # the post-op to each batch entry.
-FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm"), ("", "MatMul"), ("pplpy", "MatMulBias")}
+# The pplpy-domain Conv/Gemm/MatMul are the same ops read back from a saved optimised model
+# (ops/pplpy/standard_twins.py).
+FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm"), ("", "MatMul"), ("pplpy", "MatMulBias"),
+                    ("pplpy", "Conv"), ("pplpy", "Gemm"), ("pplpy", "MatMul")}
 MAX_POST_OPS = 1  # the conv and gemm epilogues apply one eltwise post-op today
 
 

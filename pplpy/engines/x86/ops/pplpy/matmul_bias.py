@@ -15,6 +15,7 @@ import numpy as np
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
+from pplpy.engines.x86.ops.pplpy.standard_twins import ParamFromFusedParam, parse_post_ops_only
 from pplpy.oputils.onnx.shape_functions import matmul_shape
 
 
@@ -42,9 +43,10 @@ class MatMulBiasKernel(X86Kernel):
             keep=(a.array, out.array, self.packed_b, self.bias))
 
 
-@op("pplpy", "MatMulBias", since=1)
-class MatMulBiasOp(X86OptKernel):
-    """A (..., M, K) @ B (K, N) + bias (N,); B and bias constants; float32, NDARRAY."""
+@op("pplpy", "MatMulBias", since=1, parse=parse_post_ops_only)
+class MatMulBiasOp(ParamFromFusedParam, X86OptKernel):
+    """A (..., M, K) @ B (K, N) + bias (N,); B and bias constants; float32, NDARRAY.  A saved
+    optimised model writes its fused post-ops as attributes (ops/post_op_attributes.py)."""
 
     def infer_shape(self, in_shapes, in_values):
         a, b, bias = (tuple(s) for s in in_shapes[:3])
