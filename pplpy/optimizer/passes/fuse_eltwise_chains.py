@@ -94,7 +94,7 @@ class FuseEltwiseChains(GraphPass):
         for node in list(graph.nodes):
             if node in taken or self._epilogue_activation(graph, node):
                 continue
-            run = self._run_from(graph, node)
+            run = self._run_from(graph, node, taken)
             if run is None:
                 continue
             nodes, x, entries, operands = run
@@ -121,7 +121,7 @@ class FuseEltwiseChains(GraphPass):
                 and set(graph.consumers(source)) == {node}
                 and not graph.is_graph_output(source))
 
-    def _run_from(self, graph, first):
+    def _run_from(self, graph, first, taken):
         """(nodes, x, entries, operands) of the longest run starting at ``first``, or None
         when ``first`` cannot start one.  A binary first node may take its running value
         from either input."""
@@ -142,6 +142,8 @@ class FuseEltwiseChains(GraphPass):
             if len(readers) != 1 or graph.is_graph_output(value):
                 break
             (reader,) = readers
+            if reader in taken:
+                break
             entry = self._entry(graph, reader, value, dims, operands)
             if entry is None:
                 break

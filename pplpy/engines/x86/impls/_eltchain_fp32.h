@@ -5,7 +5,7 @@
  *
  *   ppl_chain_binary_vec(op, a, b, y, n)         b contiguous (a tensor of the output's shape,
  *                                                a stretch of a last-axis vector)
- *   ppl_chain_binary_scalar(op, a, s, y, n)      b one value
+ *   ppl_chain_binary_scalar(op, a, s, y, n)      b one value (Pow by 2, 3, 4: products)
  *   ppl_chain_binary_lanes(op, a, pat16, y, np)  b a 16-lane pattern repeated over np pixels
  *                                                (a per-channel vector on N16CX)
  *
@@ -34,6 +34,9 @@ enum {
     PPL_CHAIN_RPOW = 73,
     PPL_CHAIN_PRELU = 74, /* a > 0 ? a : a * b (b the slope) */
     PPL_CHAIN_LAST = 74,
+    /* Internal: Pow by the scalar 3 or 4, as products (chosen by ppl_chain_binary_scalar). */
+    PPL_CHAIN_CUBE = 96,
+    PPL_CHAIN_FOURTH = 97,
 };
 
 PPL_ACT_INLINE ppl_vf ppl_chain_pow(ppl_vf a, ppl_vf b) {
@@ -69,6 +72,8 @@ PPL_ACT_INLINE ppl_vf ppl_chain_op(const int op, ppl_vf a, ppl_vf b) {
     case PPL_CHAIN_POW: return ppl_chain_pow(a, b);
     case PPL_CHAIN_RPOW: return ppl_chain_pow(b, a);
     case PPL_CHAIN_PRELU: return ppl_act_select(a > ppl_act_splat(0.0f), a, a * b);
+    case PPL_CHAIN_CUBE: return a * a * a;
+    case PPL_CHAIN_FOURTH: return (a * a) * (a * a);
     default: return a;
     }
 }
@@ -125,7 +130,21 @@ static __attribute__((unused)) void ppl_chain_binary_vec(int op, const float *a,
 
 static __attribute__((unused)) void ppl_chain_binary_scalar(int op, const float *a, float s,
                                                             float *y, ptrdiff_t n) {
-    switch (op) { PPL_CHAIN_CASES(PPL_CHAIN_SCALAR_CASE) default: break; }
+    /* x ** 2, 3, 4 as products: the exporters' Pow(x, 3) of GELU-tanh and Pow(d, 2) of
+     * LayerNorm, without pow's exp and log (a * a * a is within 2 ulp of powf, and keeps
+     * NaN, inf and -0 as powf does). */
+    if (op == PPL_CHAIN_POW && (s == 2.0f || s == 3.0f || s == 4.0f)) {
+        const int by = s == 2.0f ? PPL_CHAIN_MUL : s == 3.0f ? PPL_CHAIN_CUBE : PPL_CHAIN_FOURTH;
+        switch (by) {
+        case PPL_CHAIN_MUL: ppl_chain_vec_loop(PPL_CHAIN_MUL, a, a, y, n); return;
+        case PPL_CHAIN_CUBE: ppl_chain_vec_loop(PPL_CHAIN_CUBE, a, a, y, n); return;
+        default: ppl_chain_vec_loop(PPL_CHAIN_FOURTH, a, a, y, n); return;
+        }
+    }
+    switch (op) {
+    PPL_CHAIN_CASES(PPL_CHAIN_SCALAR_CASE)
+    default: break;
+    }
 }
 
 static __attribute__((unused)) void ppl_chain_binary_lanes(int op, const float *a,
