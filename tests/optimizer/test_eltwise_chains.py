@@ -407,3 +407,15 @@ def test_random_chains_match_the_reference(chain, isa, threads):
     rt = run(g.model(), g.feeds, isa, threads, rtol=1e-4)
     # One chain; only a divisor made from x (Abs, Add) may stand outside it.
     assert ops(rt)["EltwiseChain"] == 1 and set(ops(rt)) <= {"EltwiseChain", "Abs", "Add"}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_rank_0_value(isa):
+    """A chain on a rank-0 value with scalar operands (which may arrive as [1])."""
+    g = G()
+    x = g.feed(np.asarray(0.7, np.float32), "x")
+    s = g.op("Max", g.op("Mul", x, g.c(3.0)), g.op("ReduceMax", g.feed(rand(5)), keepdims=0))
+    g.op("Sqrt", g.op("Abs", s), out="y")
+    for threads in THREADS:
+        rt = run(g.model(), g.feeds, isa, threads)
+        assert ops(rt)["EltwiseChain"] == 1

@@ -96,7 +96,10 @@ class EltwiseChainKernel(X86Kernel):
     @staticmethod
     def _operand(impl, b, out, blocked):
         """(kind, 0, 0, address, m, inner) reading operand slot ``b`` against ``out``."""
-        first, last = operand_run(b.shape.dims, out)
+        dims = tuple(b.shape.dims)
+        while len(dims) > len(out) and dims[0] == 1:
+            dims = dims[1:]  # a scalar constant may arrive as [1] for a [] value
+        first, last = operand_run(dims, out)
         if first is None:
             return impl.SCALAR, 0.0, 0.0, b.address, 1, 1
         if blocked:
