@@ -40,6 +40,7 @@ from pplpy.optimizer.passes.cse import CommonSubexpressionElimination
 from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
 from pplpy.optimizer.passes.expand_to_broadcast import ExpandToBroadcast
 from pplpy.optimizer.passes.fold_into_conv import FoldIntoBatchNorm, FoldIntoConv, FoldIntoGemm
+from pplpy.optimizer.passes.fuse_eltwise_chains import FuseEltwiseChains
 from pplpy.optimizer.passes.fuse_matmul_bias import FuseMatMulBias
 from pplpy.optimizer.passes.recognize_attention import RecognizeAttention
 from pplpy.optimizer.passes.recognize_gelu import RecognizeGelu
@@ -74,6 +75,7 @@ PASSES = {
         RecognizeLayerNorm,
         RecognizeAttention,
         FuseMatMulBias,
+        FuseEltwiseChains,
     )
 }
 
@@ -154,6 +156,10 @@ DEFAULT_PIPELINE = (
     # The 3-D projections fold_into_gemm leaves as MatMul + Add: one node, so the engine can
     # fuse the activation after them.
     P("fuse_matmul_bias", dce_after=True, modes=("fusion",)),
+    # Last: runs of element-wise nodes the recognizers and folds left, as one pass over
+    # memory each (oneDNN Graph's unary/binary chains, reference/004).  A lone activation
+    # after a Conv/Gemm/MatMul stays for the engine's post-op fusion.
+    P("fuse_eltwise_chains", modes=("fusion",)),
 )
 
 

@@ -138,8 +138,11 @@ def test_random_inputs_are_seeded_and_can_be_saved(capsys, small_model, tmp_path
 
 
 def test_profiling_tables(capsys, small_model):
+    # --disable-fusion: the small model's runs of activations stay nodes (fusion would make
+    # each run one pplpy::EltwiseChain).
     status, out, _ = run_cli(capsys, "--onnx-model", small_model, "--enable-profiling",
-                             "--warmup-iterations", 2, "--min-profiling-iterations", 3)
+                             "--warmup-iterations", 2, "--min-profiling-iterations", 3,
+                             "--disable-fusion")
     assert status == 0
     assert "run time over 3 run(s) after 2 warm-up: mean " in out
     node_table = out.split("profile per node (mean over 3 run(s)):")[1]
@@ -161,7 +164,7 @@ def test_timed_runs_without_profiling(capsys, small_model):
 
 def test_dump_graph_lists_nodes_shapes_and_formats(capsys, small_model):
     status, out, _ = run_cli(capsys, "--onnx-model", small_model, "--dump-graph",
-                             "--in-shapes", "2_3_4,2_5")
+                             "--in-shapes", "2_3_4,2_5", "--disable-fusion")  # 4 nodes stay
     assert status == 0
     dump = out.split("graph after the x86 engine:")[1]
     for op_type, name in (("LeakyRelu", "leaky"), ("Sigmoid", "sigmoid"), ("Relu", "relu"),
@@ -460,7 +463,8 @@ def test_profile_trace_writes_chrome_trace_events(capsys, small_model, tmp_path)
 
     trace = tmp_path / "trace.json"
     status, out, err = run_cli(capsys, "--onnx-model", small_model, "--profile-trace", trace,
-                               "--min-profiling-iterations", "3", "--warmup-iterations", "0")
+                               "--min-profiling-iterations", "3", "--warmup-iterations", "0",
+                               "--disable-fusion")  # 4 nodes stay, no EltwiseChain
     assert status == 0, err
     assert "profile per op type" in out  # --profile-trace implies the tables
     events = json.loads(trace.read_text())["traceEvents"]

@@ -29,3 +29,28 @@ class FusedParam:
 
     op: object
     post_ops: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEntry:
+    """One step of an element-wise chain, named by the ONNX op it came from.
+
+    ``op_type`` is an activation (Relu, Clip, Tanh ... with its attribute dataclass in
+    ``param``; Clip always as ClipParam(min, max) with float bounds) or a binary op (Add,
+    Sub, Mul, Div, Max, Min, Pow, PRelu).  A binary entry reads the chain node's input
+    ``operand`` (0 is the chain's own input x; -1 the running value itself, as in t * t);
+    ``chain_left`` says the running value is the left operand (t - b), else the right
+    (b - t)."""
+
+    op_type: str
+    param: object = None
+    operand: int | None = None
+    chain_left: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class EltwiseChainParam:
+    """pplpy::EltwiseChain: ``entries`` (ChainEntry) applied in order to input 0, element
+    by element, in one pass (made by the optimiser's fuse_eltwise_chains)."""
+
+    entries: tuple = ()
