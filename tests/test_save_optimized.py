@@ -4,6 +4,7 @@ in the pplpy domain read back fused (no second fusion), no Reorder nodes, a file
 onnx.checker accepts."""
 
 import collections
+import json
 
 import numpy as np
 import onnx
@@ -79,8 +80,11 @@ def test_resnet_block_bn_folded_relu_fused(tmp_path):
     counts = op_counts(saved)
     assert "BatchNormalization" not in counts
     assert counts["pplpy::Conv"] == 2  # stem and conv1: BN folded, Relu fused
-    # conv2 (BN folded) is added to the block input; the Relu after the Add stays
-    assert counts["Conv"] == 1 and counts["Add"] == 1 and counts["Relu"] == 1
+    # conv2 (BN folded) is added to the block input: the Add and the Relu after it are one
+    # element-wise chain, saved with its entries
+    assert counts["Conv"] == 1 and counts["pplpy::EltwiseChain"] == 1
+    (chain,) = attributes(saved, "pplpy::EltwiseChain")
+    assert [json.loads(e)["op"] for e in chain["entries"]] == ["Add", "Relu"]
     want = ReferenceEvaluator(gb.resnet_block()).run(None, feeds)[0]
     np.testing.assert_allclose(rt.run(feeds)["output"], want, rtol=1e-4, atol=1e-4)
 
@@ -193,3 +197,16 @@ def test_pplnn_save_optimized_model_unwritable(tmp_path, capsys, where):
     err = capsys.readouterr().err.strip()
     assert err.startswith("pplnn: error: ") and "\n" not in err
     assert ("does not exist" in err) if "missing" in where else ("cannot write" in err)
+
+
+def test_a_saved_chain_with_a_bad_entry_is_a_model_error():
+    node = helper.make_node("EltwiseChain", ["x"], ["y"], domain="pplpy",
+                            entries=['{"op": "Relu", "param": "os", "fields": null, '
+                                     '"operand": null, "chain_left": true}'])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                       None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("pplpy", 1)])
+    with pytest.raises(pplpy.ModelError, match="'os' is no pplpy param class"):
+        pplpy.load(model.SerializeToString())

@@ -72,6 +72,8 @@ def param_attributes(param, attr_types=None, skip_defaults=True):
     the field for a value that cannot be written."""
     if param is None:
         return []
+    if hasattr(param, "onnx_attributes"):  # a param that says how it is written
+        return [helper.make_attribute(k, v) for k, v in param.onnx_attributes().items()]
     if not dataclasses.is_dataclass(param):
         raise ValueError(f"param {param!r} is not a dataclass")
     attr_types = attr_types or {}

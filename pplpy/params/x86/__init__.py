@@ -1,5 +1,7 @@
 """Params of the x86 engine's own nodes (not ONNX ops)."""
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 from pplpy.common.data_format import DataFormat
@@ -54,3 +56,17 @@ class EltwiseChainParam:
     by element, in one pass (made by the optimiser's fuse_eltwise_chains)."""
 
     entries: tuple = ()
+
+    def onnx_attributes(self):
+        """How a saved optimised model writes the chain: ``entries``, one JSON string per
+        entry (op, its attribute dataclass's name and fields, operand, side), which
+        pplpy::EltwiseChain's parser reads back (ops/pplpy/eltwise_chain.py)."""
+        return {"entries": [json.dumps(_entry_json(e)) for e in self.entries]}
+
+
+def _entry_json(entry):
+    param = entry.param
+    fields = None if param is None else {f.name: getattr(param, f.name)
+                                         for f in dataclasses.fields(param)}
+    return {"op": entry.op_type, "param": None if param is None else type(param).__name__,
+            "fields": fields, "operand": entry.operand, "chain_left": entry.chain_left}

@@ -18,6 +18,8 @@ or of x's shape; NDARRAY otherwise.  On N16CX the kernel writes the padding lane
 the chain, so any chain (Log, Div included) keeps them finite.
 """
 
+import dataclasses
+import json
 import math
 
 import numpy as np
@@ -28,8 +30,10 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.onnx.elementwise import ACTIVATIONS, is_channel_vector
 from pplpy.engines.x86.ops.op_context import X86OptKernel
+from pplpy.errors import ModelError
 from pplpy.oputils.onnx.operand_run import operand_run
-from pplpy.params.x86 import EltwiseChainParam
+from pplpy.params import onnx as onnx_params
+from pplpy.params.x86 import ChainEntry, EltwiseChainParam
 
 # Activation entries by op type: the attribute form of each row (Clip as Clip-6, its
 # bounds in ClipParam).
@@ -115,7 +119,31 @@ class EltwiseChainKernel(X86Kernel):
         return impl.BLOCK, 0.0, 0.0, b.address, m, inner
 
 
-@op("pplpy", "EltwiseChain", since=1, param=EltwiseChainParam)
+def parse_eltwise_chain(node_proto, opset):
+    """The param from a saved model's ``entries`` (EltwiseChainParam.onnx_attributes)."""
+    attrs = {a.name: a for a in node_proto.attribute}
+    if set(attrs) - {"entries"}:
+        raise ModelError(f'node "{node_proto.name}" (pplpy::EltwiseChain): attributes '
+                         f"{sorted(set(attrs) - {'entries'})} are not known; it takes "
+                         f"'entries'")
+    entries = []
+    for text in (attrs["entries"].strings if "entries" in attrs else ()):
+        try:
+            e = json.loads(text.decode())
+            cls = e["param"] and getattr(onnx_params, e["param"], None)
+            if e["param"] and not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+                raise ValueError(f"{e['param']!r} is no pplpy param class")
+            fields = {k: tuple(v) if isinstance(v, list) else v
+                      for k, v in (e["fields"] or {}).items()}
+            entries.append(ChainEntry(str(e["op"]), cls(**fields) if cls else None,
+                                      e["operand"], bool(e["chain_left"])))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelError(f'node "{node_proto.name}" (pplpy::EltwiseChain): entry '
+                             f"{text[:80]!r} cannot be read: {exc}") from None
+    return EltwiseChainParam(tuple(entries))
+
+
+@op("pplpy", "EltwiseChain", since=1, param=EltwiseChainParam, parse=parse_eltwise_chain)
 class EltwiseChainOp(X86OptKernel):
     """y = entries applied in order to x, element by element, float32; x's format (NDARRAY,
     or N16CX when every operand can be read blocked)."""
