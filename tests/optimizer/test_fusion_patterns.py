@@ -21,7 +21,7 @@ from onnx.reference import ReferenceEvaluator
 
 import pplpy
 from pplpy.engines.x86.impls.post_ops import PostOp
-from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE, P
+from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import graph_builders as gb  # noqa: E402
@@ -61,15 +61,8 @@ class G:
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-# recognize_attention is not in the default pipeline (pplpy's Attention kernel is slower
-# than the unfused form today): these tests add it after the norm pass.
-_AT = [e.pass_id for e in DEFAULT_PIPELINE].index("recognize_layer_norm") + 1
-PIPELINE = DEFAULT_PIPELINE[:_AT] + (P("recognize_attention", dce_after=True,
-                                       modes=("fusion",)),) + DEFAULT_PIPELINE[_AT:]
-
-
 def load(model, **kwargs):
-    return pplpy.load(model.SerializeToString(), num_threads=1, passes=PIPELINE, **kwargs)
+    return pplpy.load(model.SerializeToString(), num_threads=1, **kwargs)
 
 
 def load_and_check(model, feeds, rtol=1e-5):
@@ -536,12 +529,15 @@ def test_no_fusion_build_keeps_the_spellings():
     assert "Gelu" not in ops(rt)
 
 
-def test_default_pipeline_leaves_attention():
+def test_default_pipeline_fuses_attention():
+    entry = next(e for e in DEFAULT_PIPELINE if e.pass_id == "recognize_attention")
+    assert entry.dce_after and entry.modes == {"fusion"}
     g = G()
     attention(g, masks=("add",))
     model = used_inputs(g.model(attention_inputs()))
-    rt = pplpy.load(model.SerializeToString(), num_threads=1)
-    assert "Attention" not in ops(rt) and ops(rt)["Softmax"] == 1
+    assert ops(pplpy.load(model.SerializeToString(), num_threads=1))["Attention"] == 1
+    unfused = pplpy.load(model.SerializeToString(), num_threads=1, fusion=False)
+    assert "Attention" not in ops(unfused) and ops(unfused)["Softmax"] == 1
 
 
 # ---- property: random element-wise chains with the spellings in them ----
