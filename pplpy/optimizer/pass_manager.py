@@ -41,6 +41,7 @@ from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
 from pplpy.optimizer.passes.expand_to_broadcast import ExpandToBroadcast
 from pplpy.optimizer.passes.fold_into_conv import FoldIntoBatchNorm, FoldIntoConv, FoldIntoGemm
 from pplpy.optimizer.passes.fuse_matmul_bias import FuseMatMulBias
+from pplpy.optimizer.passes.recognize_add_layer_norm import RecognizeAddLayerNorm
 from pplpy.optimizer.passes.recognize_attention import RecognizeAttention
 from pplpy.optimizer.passes.recognize_gelu import RecognizeGelu
 from pplpy.optimizer.passes.recognize_layer_norm import RecognizeLayerNorm
@@ -72,6 +73,7 @@ PASSES = {
         FoldIntoGemm,
         RecognizeGelu,
         RecognizeLayerNorm,
+        RecognizeAddLayerNorm,
         RecognizeAttention,
         FuseMatMulBias,
     )
@@ -134,6 +136,8 @@ DEFAULT_PIPELINE = (
     # replaces (0.7-0.9x its time at S=128-512, 1 and 2 threads).
     P("recognize_gelu", dce_after=True, modes=("fusion",)),
     P("recognize_layer_norm", dce_after=True, modes=("fusion",)),
+    # A residual Add into the norm: one pass over each row (the sum written only when read).
+    P("recognize_add_layer_norm", modes=("fusion",)),
     P("recognize_attention", dce_after=True, modes=("fusion",)),
     # Sinking brings transposes together; combining then cancels them.
     P("sink_transposes", "fixed_point"),

@@ -494,8 +494,12 @@ def test_bert_layer_fused(gelu, mask):
     assert log["recognize_layer_norm"].details == {"LayerNormalization": 2}
     assert log["recognize_attention"].details == {"Attention with 1 mask(s)": 1}
     assert log["fuse_matmul_bias"].details == {"MatMul+Add->MatMulBias": 6}
+    # Post-LN: both norms read a residual sum nothing else reads.
+    assert log["recognize_add_layer_norm"].details == {
+        "Add+LayerNormalization->AddLayerNormalization": 2}
     types = ops(rt)
-    assert types["Attention"] == 1 and types["LayerNormalization"] == 2
+    assert types["Attention"] == 1 and types["AddLayerNormalization"] == 2
+    assert "LayerNormalization" not in types
     assert not {"Softmax", "Erf", "Tanh", "ReduceMean", "MatMul"} & set(types)
     assert len(rt.graph.nodes) < len(model.graph.node) // 2
     ref, rng = ReferenceEvaluator(model), np.random.default_rng(0)
@@ -513,6 +517,10 @@ def test_gpt2_layer_fused(causal):
     rt = load(model)
     types = ops(rt)
     assert types["Attention"] == 1 and types["MatMulBias"] == 4
+    # Pre-LN: the first norm reads the layer's input, the second a residual sum that the
+    # last Add reads too (the fused node's second output).
+    assert types["LayerNormalization"] == 1
+    assert [len(n.outputs) for n in rt.graph.nodes if n.op_type == "AddLayerNormalization"] == [2]
     assert not {"Softmax", "Tanh", "Pow", "MatMul"} & set(types)
     assert len(rt.graph.nodes) < len(model.graph.node) // 2 + 2
     ref, rng = ReferenceEvaluator(model), np.random.default_rng(0)

@@ -29,3 +29,10 @@ class FusedParam:
 
     op: object
     post_ops: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddLayerNormalizationParam:
+    """LayerNormalization over the last axis of a residual sum A + B (recognize_add_layer_norm)."""
+
+    epsilon: float = 1e-5
