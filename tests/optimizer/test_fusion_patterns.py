@@ -21,7 +21,7 @@ from onnx.reference import ReferenceEvaluator
 
 import pplpy
 from pplpy.engines.x86.impls.post_ops import PostOp
-from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE, P
+from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import graph_builders as gb  # noqa: E402
@@ -61,19 +61,15 @@ class G:
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-# recognize_attention is not in the default pipeline (pplpy's Attention kernel is slower
-# than the unfused form today): these tests add it after the norm pass.
-_AT = [e.pass_id for e in DEFAULT_PIPELINE].index("recognize_layer_norm") + 1
-# fuse_eltwise_chains is left out too: the near misses below check that a recognizer keeps
+# fuse_eltwise_chains is left out: the near misses below check that a recognizer keeps
 # their nodes, which that pass would then join into chains (tests/optimizer/
 # test_eltwise_chains.py).
-PIPELINE = tuple(e for e in DEFAULT_PIPELINE[:_AT] + (P("recognize_attention", dce_after=True,
-                                                        modes=("fusion",)),)
-                 + DEFAULT_PIPELINE[_AT:] if e.pass_id != "fuse_eltwise_chains")
+PIPELINE = tuple(e for e in DEFAULT_PIPELINE if e.pass_id != "fuse_eltwise_chains")
 
 
 def load(model, **kwargs):
-    return pplpy.load(model.SerializeToString(), num_threads=1, passes=PIPELINE, **kwargs)
+    kwargs.setdefault("passes", PIPELINE)
+    return pplpy.load(model.SerializeToString(), num_threads=1, **kwargs)
 
 
 def load_and_check(model, feeds, rtol=1e-5):
@@ -505,8 +501,12 @@ def test_bert_layer_fused(gelu, mask):
     assert log["recognize_layer_norm"].details == {"LayerNormalization": 2}
     assert log["recognize_attention"].details == {"Attention with 1 mask(s)": 1}
     assert log["fuse_matmul_bias"].details == {"MatMul+Add->MatMulBias": 6}
+    # Post-LN: both norms read a residual sum nothing else reads.
+    assert log["recognize_add_layer_norm"].details == {
+        "Add+LayerNormalization->AddLayerNormalization": 2}
     types = ops(rt)
-    assert types["Attention"] == 1 and types["LayerNormalization"] == 2
+    assert types["Attention"] == 1 and types["AddLayerNormalization"] == 2
+    assert "LayerNormalization" not in types
     assert not {"Softmax", "Erf", "Tanh", "ReduceMean", "MatMul"} & set(types)
     assert len(rt.graph.nodes) < len(model.graph.node) // 2
     ref, rng = ReferenceEvaluator(model), np.random.default_rng(0)
@@ -524,6 +524,10 @@ def test_gpt2_layer_fused(causal):
     rt = load(model)
     types = ops(rt)
     assert types["Attention"] == 1 and types["MatMulBias"] == 4
+    # Pre-LN: the first norm reads the layer's input, the second a residual sum that the
+    # last Add reads too (the fused node's second output).
+    assert types["LayerNormalization"] == 1
+    assert [len(n.outputs) for n in rt.graph.nodes if n.op_type == "AddLayerNormalization"] == [2]
     assert not {"Softmax", "Tanh", "Pow", "MatMul"} & set(types)
     assert len(rt.graph.nodes) < len(model.graph.node) // 2 + 2
     ref, rng = ReferenceEvaluator(model), np.random.default_rng(0)
@@ -540,12 +544,15 @@ def test_no_fusion_build_keeps_the_spellings():
     assert "Gelu" not in ops(rt)
 
 
-def test_default_pipeline_leaves_attention():
+def test_default_pipeline_fuses_attention():
+    entry = next(e for e in DEFAULT_PIPELINE if e.pass_id == "recognize_attention")
+    assert entry.dce_after and entry.modes == {"fusion"}
     g = G()
     attention(g, masks=("add",))
     model = used_inputs(g.model(attention_inputs()))
-    rt = pplpy.load(model.SerializeToString(), num_threads=1)
-    assert "Attention" not in ops(rt) and ops(rt)["Softmax"] == 1
+    assert ops(pplpy.load(model.SerializeToString(), num_threads=1))["Attention"] == 1
+    unfused = pplpy.load(model.SerializeToString(), num_threads=1, fusion=False)
+    assert "Attention" not in ops(unfused) and ops(unfused)["Softmax"] == 1
 
 
 # ---- property: random element-wise chains with the spellings in them ----

@@ -70,3 +70,10 @@ def _entry_json(entry):
                                          for f in dataclasses.fields(param)}
     return {"op": entry.op_type, "param": None if param is None else type(param).__name__,
             "fields": fields, "operand": entry.operand, "chain_left": entry.chain_left}
+
+
+@dataclass(frozen=True, slots=True)
+class AddLayerNormalizationParam:
+    """LayerNormalization over the last axis of a residual sum A + B (recognize_add_layer_norm)."""
+
+    epsilon: float = 1e-5

@@ -1,35 +1,44 @@
 # Attention (opset 23-25) and RotaryEmbedding (23) as compiled steps of the run plan.
 #
-# Written once and included by _attention_fp32_{avx512,fma,sse}.pyx, so each tier gets its
-# own vector code.
+# Written once and included by _attention_fp32_{avx512,fma,sse}.pyx after each defines
+# PPL_VLEN, so each tier gets its own vector code.
 #
 #     make_attention_step(...)    Y = softmax(softcap(Q K^T * scale) + bias) V, flash-style
 #     make_rows_copy_step(...)    strided copy of rows (the KV cache: present = past ++ new)
 #     make_rotary_step(...)       rotate pairs of a head's leading dims by (cos, sin)
 #
-# Attention.  A work item is (batch b, query head h, block of up to QB query rows); items
+# Attention.  A work item is (batch b, query head h, block of up to QROWS query rows); items
 # are independent (each writes its own rows of Y and of the optional QK output) and split
-# over the team with ppl_partition, no barrier.  Inside an item the keys are taken KB at a
-# time, with a running maximum m and sum l per row (flash attention): for every key block
+# over the team with ppl_partition, one step, no barrier.  Inside an item the keys are taken
+# KB at a time, with a running maximum m and sum l per row (flash attention):
 #
-#     s    = softcap(q . k_j * scale) + bias_j          KB scores, never the whole matrix
-#     m'   = max(m, max s);  acc = acc * exp(m - m') + sum_j exp(s_j - m') v_j
-#     l    = l * exp(m - m') + sum_j exp(s_j - m')
+#     S    = Q_blk K_j^T * scale                      brgemm: rows x KB scores in scratch
+#     s    = softcap(S) + bias_j                      per row, in place
+#     m'   = max(m, max s);  l = l * exp(m - m') + sum exp(s - m');  acc *= exp(m - m')
+#     acc += exp(s - m') V_j                          brgemm, accumulating into acc
 #
-# and Y = acc / l at the end.  The item copies its query rows (times sqrt(scale), as the
-# reference scales both Q and K) into its scratch, and each key block transposed (D x KB,
-# times sqrt(scale)), so the scores of a row are KB independent sums vectorised along the
-# keys; the P V update is vectorised along the value head size.  bias_j is the attention
-# mask (additive float, or bool: False -> -inf; keys past the mask's length are masked),
-# the causal and sliding-window frontiers (offset-aligned: query i attends key j iff
-# j <= i + offset) and the per-batch valid length (nonpad_kv_seqlen).  A block whose scores
-# are all -inf is skipped; a row whose bias is -inf everywhere gives Y = 0, as the spec's
-# fully-masked-row rule says.  Q, K, V, Y are addressed through (batch, head, seq) strides
-# with unit stride along the head size, so the 3-D (B, S, H*D) and 4-D (B, H, S, D) forms
-# need no transpose; a query head h reads KV head h / (Hq / Hkv) (grouped-query attention).
+# and Y = acc / l at the end.  Both products run on the brgemm microkernel of GEMM and
+# convolution (_brgemm_fp32.h): Q is its A operand as it lies in memory (row stride q_ss),
+# the probabilities are the A of the second product, and K^T and V are packed into its
+# PPL_NB-wide panels.  A thread packs the K and V of a KV head once and keeps them while its
+# next items read the same head (its items are consecutive: the other query blocks of the
+# head, and the query heads sharing it under grouped-query attention); when one head's K
+# and V would not fit in WHOLE_KV_FLOATS, each key block is packed as it is used.  The row
+# work (max, exp and sum, softcap, the final scaling) is _attention_fp32.h's vector code.
+#
+# bias_j is the attention mask (additive float, or bool: False -> -inf; keys past the
+# mask's length are masked), the causal and sliding-window frontiers (offset-aligned: query
+# i attends key j iff j <= i + offset) and the per-batch valid length (nonpad_kv_seqlen).
+# Key blocks that no row of the item may attend (past the causal frontier, before the
+# window, past the valid length) are skipped, unless the QK output asks for every score.
+# A row whose scores are -inf everywhere gives Y = 0, as the spec's fully-masked-row rule
+# says.  Q, K, V, Y are addressed through (batch, head, seq) strides with unit stride along
+# the head size, so the 3-D (B, S, H*D) and 4-D (B, H, S, D) forms need no transpose; a
+# query head h reads KV head h / (Hq / Hkv) (grouped-query attention).
 
-from libc.math cimport sqrtf, INFINITY
+from libc.math cimport INFINITY
 from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -37,11 +46,21 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
+include "_brgemm_fp32.pxi"
+
+cdef extern from "_attention_fp32.h" nogil:
+    float ppl_attn_row_max(const float *s, Py_ssize_t n)
+    float ppl_attn_row_exp_sum(float *s, Py_ssize_t n, float m)
+    void ppl_attn_row_softmax_out(const float *x, float *y, Py_ssize_t n, float m, float inv)
+    void ppl_attn_row_softcap(float *s, Py_ssize_t n, float c)
+    void ppl_attn_row_scale(const float *x, float *y, Py_ssize_t n, float f)
 
 
 cdef enum:
-    QB = 16         # query rows per work item
-    KB = 64         # keys per block
+    QROWS = 64              # query rows per work item at most
+    KB = 128                # keys per score tile: a multiple of PPL_NB at every tier
+    WHOLE_KV_FLOATS = 1 << 20   # one KV head's packed K and V kept whole up to this (4 MB)
+    MAX_PIECES = 16         # k = 256 at most as a batch of PPL_CB-long pieces
     MASK_NONE = 0
     MASK_BOOL = 1
     MASK_FLOAT = 2
@@ -67,186 +86,246 @@ cdef struct AttnArgs:
     bint offset_from_kv_len     # causal/window offset = kv_len[b] - Sq (external cache)
     Py_ssize_t offset           # otherwise this (the internal cache's past length)
     Py_ssize_t left, right      # sliding window (-1: unbounded)
-    float sqrt_scale
+    float scale
     float softcap               # <= 0: none
-    Py_ssize_t nqb, items
+    Py_ssize_t qrows, nqb, items
+    Py_ssize_t dvp              # Dv rounded up to whole panels: the row stride of acc
+    bint whole                  # K and V packed whole per KV head (else per key block)
+    Py_ssize_t kv_rows          # rows of a packed V panel: T rounded up to PPL_NB, or KB
+    Py_ssize_t s_off, acc_off, ml_off, kp_off, vp_off   # a thread's scratch, in floats
     float *scratch
     Py_ssize_t scratch_floats
+    int max_threads
 
 
-cdef inline float _tanh(float x) noexcept nogil:
-    """tanh(x) = 1 - 2 / (exp(2x) + 1), with the vectorisable exp."""
-    cdef float one = 1, two = 2
-    return one - two / (exp_fp32(two * x) + one)
+cdef void _pack_kv(const AttnArgs *a, const float *kh, const float *vh, Py_ssize_t j0,
+                   Py_ssize_t n, float *kp, float *vp) noexcept nogil:
+    """Keys j0 .. j0 + n of one KV head as brgemm B panels: kp[p, d, j] = K[j0 + p*NB + j, d]
+    (zero past n), vp[pv, j, e] = V[j0 + j, pv*NB + e] (zero past Dv; kv_rows rows a panel)."""
+    cdef Py_ssize_t p, j, d, e, pv, nk, ne
+    cdef float zero = 0
+    cdef float *panel
+    cdef const float *src
+    for p in range((n + PPL_NB - 1) // PPL_NB):
+        panel = kp + p * a.D * PPL_NB
+        nk = min(<Py_ssize_t>PPL_NB, n - p * PPL_NB)
+        for j in range(nk):
+            src = kh + (j0 + p * PPL_NB + j) * a.k_ss
+            for d in range(a.D):
+                panel[d * PPL_NB + j] = src[d]
+        for d in range(a.D):
+            for j in range(nk, PPL_NB):
+                panel[d * PPL_NB + j] = zero
+    for j in range(n):
+        src = vh + (j0 + j) * a.v_ss
+        for pv in range(a.dvp // PPL_NB):
+            panel = vp + (pv * a.kv_rows + j) * PPL_NB
+            ne = min(<Py_ssize_t>PPL_NB, a.Dv - pv * PPL_NB)
+            memcpy(panel, src + pv * PPL_NB, ne * sizeof(float))
+            for e in range(ne, PPL_NB):
+                panel[e] = zero
 
 
-cdef void _key_bias(const AttnArgs *a, Py_ssize_t b, Py_ssize_t h, Py_ssize_t i,
-                    Py_ssize_t j0, Py_ssize_t nj, Py_ssize_t offset, Py_ssize_t valid,
-                    float *bias) noexcept nogil:
-    """bias[j - j0] for keys j0 .. j0 + nj of query row i; -inf beyond nj up to KB."""
-    cdef Py_ssize_t j, p, lim
-    cdef float zero = 0, ninf = -INFINITY
+cdef inline void _mask_range(float *s, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """s[lo:hi] = -inf (an empty or reversed range does nothing)."""
+    cdef Py_ssize_t j
+    cdef float ninf = -INFINITY
+    for j in range(max(<Py_ssize_t>0, lo), hi):
+        s[j] = ninf
+
+
+cdef void _apply_bias(const AttnArgs *a, Py_ssize_t b, Py_ssize_t h, Py_ssize_t i,
+                      Py_ssize_t j0, Py_ssize_t nj, Py_ssize_t offset, Py_ssize_t valid,
+                      float *s) noexcept nogil:
+    """s[j] += bias of query row i and key j0 + j, for j < nj (see the top of the file)."""
+    cdef Py_ssize_t j, lim, p = i + offset
+    cdef float ninf = -INFINITY
     cdef const uint8_t *mb
     cdef const float *mf
-    for j in range(KB):
-        bias[j] = zero if j < nj else ninf
-    if a.mask_kind == MASK_BOOL:
-        mb = <const uint8_t *>a.mask + b * a.m_sb + h * a.m_sh + i * a.m_sq
-        for j in range(nj):
-            if j0 + j >= a.mask_len or mb[j0 + j] == 0:
-                bias[j] = ninf
-    elif a.mask_kind == MASK_FLOAT:
-        mf = <const float *>a.mask + b * a.m_sb + h * a.m_sh + i * a.m_sq
-        for j in range(nj):
-            if j0 + j >= a.mask_len:
-                bias[j] = ninf
-            else:
-                bias[j] = bias[j] + mf[j0 + j]
-    p = i + offset
+    if a.mask_kind != MASK_NONE:
+        lim = min(nj, max(<Py_ssize_t>0, a.mask_len - j0))
+        if a.mask_kind == MASK_FLOAT:
+            mf = <const float *>a.mask + b * a.m_sb + h * a.m_sh + i * a.m_sq + j0
+            for j in range(lim):
+                s[j] = s[j] + mf[j]
+        else:
+            mb = <const uint8_t *>a.mask + b * a.m_sb + h * a.m_sh + i * a.m_sq + j0
+            for j in range(lim):
+                s[j] = s[j] if mb[j] != 0 else ninf
+        _mask_range(s, lim, nj)
     if a.causal:
-        lim = p - j0 + 1          # keys j0 + j with j < lim are allowed
-        for j in range(max(<Py_ssize_t>0, lim), nj):
-            bias[j] = ninf
+        _mask_range(s, p - j0 + 1, nj)
     if a.left >= 0:
-        lim = p - a.left - j0     # keys before p - left are masked
-        for j in range(0, min(lim, nj)):
-            bias[j] = ninf
+        _mask_range(s, 0, min(p - a.left - j0, nj))
     if a.right >= 0:
-        lim = p + a.right - j0 + 1
-        for j in range(max(<Py_ssize_t>0, lim), nj):
-            bias[j] = ninf
+        _mask_range(s, p + a.right - j0 + 1, nj)
     if valid >= 0:
-        for j in range(max(<Py_ssize_t>0, valid - j0), nj):
-            bias[j] = ninf
+        _mask_range(s, valid - j0, nj)
 
 
-cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work) noexcept nogil:
-    cdef Py_ssize_t D = a.D, Dv = a.Dv, T = a.T
+cdef inline void _product(int mm, int nv, const float *a, Py_ssize_t lda, const float *panel,
+                          Py_ssize_t k, float *c, Py_ssize_t ldc,
+                          const ppl_epilogue *ep) noexcept nogil:
+    """C[mm x nv] = epilogue(A[mm x k] . panel[k x NB]) on the brgemm, the k steps cut into
+    a batch of PPL_CB-long pieces when k allows: the microkernel's fully unrolled case."""
+    cdef const float *a_list[MAX_PIECES]
+    cdef const float *b_list[MAX_PIECES]
+    cdef Py_ssize_t i, n = k // PPL_CB
+    if k % PPL_CB != 0 or n > MAX_PIECES or n == 0:
+        ppl_brgemm(mm, nv, 1, &a, &panel, k, lda, c, ldc, PPL_CB, ep)
+        return
+    for i in range(n):
+        a_list[i] = a + i * PPL_CB
+        b_list[i] = panel + i * PPL_CB * PPL_NB
+    ppl_brgemm(mm, nv, n, a_list, b_list, PPL_CB, lda, c, ldc, PPL_CB, ep)
+
+
+cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
+                          Py_ssize_t *packed_head) noexcept nogil:
+    """Rows of one (batch, head, query block); packed_head names the KV head whose K and V
+    the thread's scratch holds (whole packing), -1 for none."""
+    cdef Py_ssize_t D = a.D, Dv = a.Dv, dvp = a.dvp
     cdef Py_ssize_t qb = item % a.nqb, bh = item // a.nqb
     cdef Py_ssize_t h = bh % a.Hq, b = bh // a.Hq
     cdef Py_ssize_t hk = h // (a.Hq // a.Hkv)
-    cdef Py_ssize_t i0 = qb * QB, i1 = min(i0 + QB, a.Sq), nr = i1 - i0
-    cdef Py_ssize_t j0, nj, j, d, r, e, offset, valid = -1
-    cdef float *qs = work                      # nr x D
-    cdef float *kt = work + QB * D             # D x KB
-    cdef float *acc = kt + D * KB              # nr x Dv
-    cdef float s[KB]
-    cdef float bias[KB]
-    cdef float m[QB]
-    cdef float l[QB]
-    cdef bint allowed[QB]
-    cdef float zero = 0, one = 1, ninf = -INFINITY
-    cdef float qd, mb, mnew, alpha, pj, total, inv, c = a.softcap, ic
-    cdef const float *src
-    cdef const float *vrow
-    cdef float *arow
+    cdef Py_ssize_t i0 = qb * a.qrows, i1 = min(i0 + a.qrows, a.Sq), nr = i1 - i0
+    cdef float *s = work + a.s_off          # nr x KB scores, then probabilities
+    cdef float *acc = work + a.acc_off      # nr x dvp
+    cdef float *m = work + a.ml_off         # running maxima
+    cdef float *l = m + QROWS               # running sums
+    cdef float *kp = work + a.kp_off
+    cdef float *vp = work + a.vp_off
+    cdef const float *kh = a.k + b * a.k_sb + hk * a.k_sh
+    cdef const float *vh = a.v + b * a.v_sb + hk * a.v_sh
+    cdef const float *q0 = a.q + b * a.q_sb + h * a.q_sh + i0 * a.q_ss
+    cdef Py_ssize_t offset = a.offset, valid = -1, j_lo = 0, j_hi = a.T, last
+    cdef Py_ssize_t j0, nj, p, pv, r, r0, voff
+    cdef int mm, nv
+    cdef float zero = 0, one = 1, ninf = -INFINITY, c = a.softcap, mb, alpha, inv
+    cdef float *row
     cdef float *qkrow
     cdef float *yrow
-    cdef const float *kbase = a.k + b * a.k_sb + hk * a.k_sh
-    cdef const float *vbase = a.v + b * a.v_sb + hk * a.v_sh
+    cdef const float *b_ptr
+    cdef const float *kblk
+    cdef ppl_epilogue ep_s, ep_pv
+    memset(&ep_s, 0, sizeof(ep_s))
+    ep_s.alpha = a.scale
+    ep_pv = ep_s
+    ep_pv.alpha = one
+    ep_pv.accumulate = 1
 
-    offset = a.offset
     if a.kv_len != NULL:
         valid = <Py_ssize_t>a.kv_len[b]
         if a.offset_from_kv_len:
             offset = valid - a.Sq
+    if a.qk == NULL:  # keys no row of the item may attend need not be scored
+        last = i1 - 1 + offset
+        if a.causal:
+            j_hi = min(j_hi, last + 1)
+        if a.right >= 0:
+            j_hi = min(j_hi, last + a.right + 1)
+        if valid >= 0:
+            j_hi = min(j_hi, valid)
+        if a.mask_kind != MASK_NONE:
+            j_hi = min(j_hi, a.mask_len)
+        if a.left >= 0:
+            j_lo = max(<Py_ssize_t>0, i0 + offset - a.left)
+        j_lo = j_lo // PPL_NB * PPL_NB      # whole packing reads panels from a panel start
+    if a.whole and j_lo < j_hi and packed_head[0] != b * a.Hkv + hk:
+        _pack_kv(a, kh, vh, 0, a.T, kp, vp)
+        packed_head[0] = b * a.Hkv + hk
+    memset(acc, 0, nr * dvp * sizeof(float))
     for r in range(nr):
-        src = a.q + b * a.q_sb + h * a.q_sh + (i0 + r) * a.q_ss
-        for d in range(D):
-            qs[r * D + d] = src[d] * a.sqrt_scale
-        for e in range(Dv):
-            acc[r * Dv + e] = zero
         m[r] = ninf
         l[r] = zero
-        allowed[r] = False
-    ic = one / c if c > 0 else zero
 
-    j0 = 0
-    while j0 < T:
-        nj = min(<Py_ssize_t>KB, T - j0)
-        for j in range(nj):
-            src = kbase + (j0 + j) * a.k_ss
-            for d in range(D):
-                kt[d * KB + j] = src[d] * a.sqrt_scale
-        for j in range(nj, KB):
-            for d in range(D):
-                kt[d * KB + j] = zero
+    j0 = j_lo
+    while j0 < j_hi:
+        nj = min(<Py_ssize_t>KB, j_hi - j0)
+        if a.whole:
+            kblk = kp + (j0 // PPL_NB) * D * PPL_NB
+            voff = j0
+        else:
+            _pack_kv(a, kh, vh, j0, nj, kp, vp)
+            kblk = kp
+            voff = 0
+        # S = Q_blk K_j^T * scale, one panel of keys at a time (it stays in L1).
+        for p in range((nj + PPL_NB - 1) // PPL_NB):
+            nv = <int>min(<Py_ssize_t>PPL_NB, nj - p * PPL_NB)
+            b_ptr = kblk + p * D * PPL_NB
+            r0 = 0
+            while r0 < nr:
+                mm = <int>min(<Py_ssize_t>PPL_MR, nr - r0)
+                _product(mm, nv, q0 + r0 * a.q_ss, a.q_ss, b_ptr, D,
+                         s + r0 * KB + p * PPL_NB, KB, &ep_s)
+                r0 += mm
+        # Online softmax, row by row: the scores become exp(s - m).
         for r in range(nr):
-            for j in range(KB):
-                s[j] = zero
-            for d in range(D):
-                qd = qs[r * D + d]
-                for j in range(KB):
-                    s[j] += qd * kt[d * KB + j]
+            row = s + r * KB
             if c > 0:
-                for j in range(KB):
-                    s[j] = c * _tanh(s[j] * ic)
+                ppl_attn_row_softcap(row, nj, c)
             qkrow = NULL
             if a.qk != NULL:
-                qkrow = a.qk + ((b * a.Hq + h) * a.Sq + i0 + r) * T + j0
+                qkrow = a.qk + ((b * a.Hq + h) * a.Sq + i0 + r) * a.T + j0
                 if a.qk_mode <= 1:
-                    for j in range(nj):
-                        qkrow[j] = s[j]
-            _key_bias(a, b, h, i0 + r, j0, nj, offset, valid, bias)
-            mb = ninf
-            for j in range(KB):
-                s[j] = s[j] + bias[j]
-                if bias[j] > ninf:
-                    allowed[r] = True
-                mb = s[j] if s[j] > mb else mb
+                    memcpy(qkrow, row, nj * sizeof(float))
+            _apply_bias(a, b, h, i0 + r, j0, nj, offset, valid, row)
             if qkrow != NULL and a.qk_mode >= 2:
-                for j in range(nj):
-                    qkrow[j] = s[j]
-            if not (mb > ninf):
-                continue        # every key of the block masked (or NaN): adds nothing
-            mnew = mb if mb > m[r] else m[r]
-            alpha = exp_fp32(m[r] - mnew)
-            m[r] = mnew
-            total = zero
-            for j in range(KB):
-                s[j] = exp_fp32(s[j] - mnew)
-                total += s[j]
-            l[r] = l[r] * alpha + total
-            arow = acc + r * Dv
-            if alpha != one:
-                for e in range(Dv):
-                    arow[e] *= alpha
-            for j in range(nj):
-                pj = s[j]
-                vrow = vbase + (j0 + j) * a.v_ss
-                for e in range(Dv):
-                    arow[e] += pj * vrow[e]
-        j0 += KB
+                memcpy(qkrow, row, nj * sizeof(float))
+            mb = ppl_attn_row_max(row, nj)
+            if not (mb > ninf):     # every key of the block masked: adds nothing
+                memset(row, 0, nj * sizeof(float))
+                continue
+            if mb > m[r]:
+                if m[r] > ninf:
+                    alpha = exp_fp32(m[r] - mb)
+                    l[r] = l[r] * alpha
+                    ppl_attn_row_scale(acc + r * dvp, acc + r * dvp, Dv, alpha)
+                m[r] = mb
+            l[r] = l[r] + ppl_attn_row_exp_sum(row, nj, m[r])
+        # acc += P V_j, one panel of value columns at a time.
+        for pv in range(dvp // PPL_NB):
+            nv = <int>min(<Py_ssize_t>PPL_NB, Dv - pv * PPL_NB)
+            b_ptr = vp + (pv * a.kv_rows + voff) * PPL_NB
+            r0 = 0
+            while r0 < nr:
+                mm = <int>min(<Py_ssize_t>PPL_MR, nr - r0)
+                _product(mm, nv, s + r0 * KB, KB, b_ptr, nj, acc + r0 * dvp + pv * PPL_NB,
+                         dvp, &ep_pv)
+                r0 += mm
+        j0 += nj
 
     for r in range(nr):
         yrow = a.y + b * a.y_sb + h * a.y_sh + (i0 + r) * a.y_ss
-        arow = acc + r * Dv
-        if allowed[r] and l[r] > zero:
-            inv = one / l[r]
-            for e in range(Dv):
-                yrow[e] = arow[e] * inv
-        else:
-            for e in range(Dv):
-                yrow[e] = zero
+        qkrow = NULL
         if a.qk != NULL and a.qk_mode == 3:
-            qkrow = a.qk + ((b * a.Hq + h) * a.Sq + i0 + r) * T
-            if allowed[r] and l[r] > zero:
-                inv = one / l[r]
-                mnew = m[r]
-                for j in range(T):
-                    qkrow[j] = exp_fp32(qkrow[j] - mnew) * inv
-            else:
-                for j in range(T):
-                    qkrow[j] = zero
+            qkrow = a.qk + ((b * a.Hq + h) * a.Sq + i0 + r) * a.T
+        if m[r] > ninf:
+            inv = one / l[r]
+            ppl_attn_row_scale(acc + r * dvp, yrow, Dv, inv)
+            if qkrow != NULL:
+                ppl_attn_row_softmax_out(qkrow, qkrow, a.T, m[r], inv)
+        else:               # no key attended: Y = 0 (and probabilities 0)
+            memset(yrow, 0, Dv * sizeof(float))
+            if qkrow != NULL:
+                memset(qkrow, 0, a.T * sizeof(float))
 
 
 cdef void _attention_step(const void *p, int tid, int nthreads) noexcept nogil:
     cdef const AttnArgs *a = <const AttnArgs *>p
-    cdef Py_ssize_t i0, i1, it
+    cdef Py_ssize_t i0, i1, it, packed_head = -1
+    if nthreads > a.max_threads:  # a larger team than the scratch was made for
+        if tid >= a.max_threads:
+            return
+        nthreads = a.max_threads
     cdef float *work = a.scratch + tid * a.scratch_floats
     ppl_partition(a.items, tid, nthreads, &i0, &i1)
     for it in range(i0, i1):
-        _attention_item(a, it, work)
+        _attention_item(a, it, work, &packed_head)
+
+
+cdef inline Py_ssize_t _round16(Py_ssize_t n) noexcept:
+    return (n + 15) // 16 * 16
 
 
 def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int qk_mode,
@@ -275,11 +354,21 @@ def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int q
     if not 0 <= qk_mode <= 3:
         raise ValueError(f"qk_matmul_output_mode {qk_mode}: expected 0..3")
     num_threads = max(1, num_threads)
-    cdef Py_ssize_t floats = QB * D + D * KB + QB * Dv
-    floats = (floats + 15) // 16 * 16
+    # Query blocks of equal size, at most QROWS rows.
+    cdef Py_ssize_t nqb = (Sq + QROWS - 1) // QROWS
+    cdef Py_ssize_t qrows = (Sq + nqb - 1) // nqb
+    cdef Py_ssize_t dvp = (Dv + PPL_NB - 1) // PPL_NB * PPL_NB
+    cdef Py_ssize_t t_pad = (T + PPL_NB - 1) // PPL_NB * PPL_NB
+    cdef bint whole = t_pad * (D + dvp) <= WHOLE_KV_FLOATS
+    cdef Py_ssize_t kv_rows = t_pad if whole else KB
+    cdef Py_ssize_t s_off = 0
+    cdef Py_ssize_t acc_off = s_off + _round16(qrows * KB)
+    cdef Py_ssize_t ml_off = acc_off + _round16(qrows * dvp)
+    cdef Py_ssize_t kp_off = ml_off + 2 * QROWS
+    cdef Py_ssize_t vp_off = kp_off + _round16(kv_rows * D)
+    cdef Py_ssize_t floats = vp_off + _round16(kv_rows * dvp)
     scratch_array = np.empty((num_threads, floats), np.float32)
     scratch = scratch_array
-    cdef Py_ssize_t nqb = (Sq + QB - 1) // QB
     cdef double work = <double>B * Hq * Sq * T * (D + Dv)
     step = new_step(_attention_step, sizeof(AttnArgs), B * Hq * nqb > 1 and work > GRAIN,
                     (keep, scratch_array))
@@ -302,12 +391,14 @@ def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int q
     a.offset_from_kv_len = offset_from_kv_len
     a.offset = offset
     a.left, a.right = left, right
-    a.sqrt_scale = sqrtf(scale)
+    a.scale = scale
     a.softcap = softcap
-    a.nqb = nqb
-    a.items = B * Hq * nqb
+    a.qrows, a.nqb, a.items = qrows, nqb, B * Hq * nqb
+    a.dvp, a.whole, a.kv_rows = dvp, whole, kv_rows
+    a.s_off, a.acc_off, a.ml_off, a.kp_off, a.vp_off = s_off, acc_off, ml_off, kp_off, vp_off
     a.scratch = &scratch[0, 0]
     a.scratch_floats = floats
+    a.max_threads = num_threads
     return step
 
 

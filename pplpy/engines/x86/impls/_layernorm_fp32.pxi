@@ -1,5 +1,6 @@
 # Row-wise normalisations as compiled steps: LayerNormalization and RMSNormalization
-# (statistics over the trailing dims, one row each), InstanceNormalization and
+# (statistics over the trailing dims, one row each), pplpy's AddLayerNormalization (the
+# same on a residual sum formed row by row), InstanceNormalization and
 # GroupNormalization (one row per (n, c) plane or (n, group)), InstanceNormalization on
 # N16CX (16 channels' statistics at once), MeanVarianceNormalization (any set of axes),
 # and the single-axis ops LogSoftmax, Hardmax and LpNormalization.
@@ -214,31 +215,44 @@ cdef struct RowNormArgs:
     Py_ssize_t bias_strides[MAX_DIMS]
 
 
+cdef inline float _row_stats(const float *x, Py_ssize_t n, bint rms, float epsilon,
+                             float *mean) noexcept nogil:
+    """1 / sqrt(var + epsilon) of a row, its mean into mean[0] (0 for RMS: no centring)."""
+    cdef float m = 0, one = 1
+    cdef double var
+    if not rms:
+        m = <float>(_sum(x, n) / n)
+    var = _sum_sq_dev(x, n, m) / n
+    mean[0] = m
+    return one / sqrtf(<float>var + epsilon)
+
+
+cdef inline void _affine_row(const float *x, float *y, Py_ssize_t n, float m, float inv,
+                             const float *scale, const float *bias) noexcept nogil:
+    """y = (x - m) * inv * scale + bias element by element (bias NULL: none)."""
+    cdef Py_ssize_t i
+    if bias != NULL:
+        for i in range(n):
+            y[i] = (x[i] - m) * inv * scale[i] + bias[i]
+    else:
+        for i in range(n):
+            y[i] = (x[i] - m) * inv * scale[i]
+
+
 cdef void _row_norm(const RowNormArgs *a, Py_ssize_t r, const float *scale,
                     const float *bias) noexcept nogil:
     cdef const float *x = a.x + r * a.n
     cdef float *y = a.y + r * a.n
     cdef Py_ssize_t n = a.n, seg = a.seg, i, k, base
-    cdef float m = 0, inv, s, b, one = 1
-    cdef double var
-    if not a.rms:
-        m = <float>(_sum(x, n) / n)
-    var = _sum_sq_dev(x, n, m) / n
-    inv = one / sqrtf(<float>var + a.epsilon)
+    cdef float m, inv, s, b
+    inv = _row_stats(x, n, a.rms, a.epsilon, &m)
     if a.mean != NULL:
         a.mean[r] = m
     if a.invstd != NULL:
         a.invstd[r] = inv
     base = (r % a.scale_rows) * a.segs
     if seg == 1:
-        scale = scale + base
-        if bias != NULL:
-            bias = bias + base
-            for i in range(n):
-                y[i] = (x[i] - m) * inv * scale[i] + bias[i]
-        else:
-            for i in range(n):
-                y[i] = (x[i] - m) * inv * scale[i]
+        _affine_row(x, y, n, m, inv, scale + base, bias + base if bias != NULL else NULL)
     else:
         for k in range(a.segs):
             s = scale[base + k] * inv
@@ -316,6 +330,78 @@ def make_row_norm_step(size_t x, size_t y, size_t mean, size_t invstd, size_t sc
             a.dims[d] = expand[0][d]
             a.scale_strides[d] = expand[1][d]
             a.bias_strides[d] = expand[2][d]
+    return step
+
+
+# ---------------------------------------------------------------------------------------
+# AddLayerNormalization (pplpy domain): LayerNorm over rows of n of the residual sum
+#     s = a + b;   y = (s - mean) * invstd * scale + bias
+# The sum of a row is formed once, into the optional sum output (a pre-LN transformer reads
+# the residual stream again) or into the thread's scratch row, and its statistics and the
+# output are read from it while it is in L1: a and b are read once, where Add then
+# LayerNormalization write the sum to memory and read it back (twice: statistics, output).
+
+cdef struct AddNormArgs:
+    const float *a
+    const float *b
+    float *y
+    float *sum                  # (rows, n), or NULL: the thread's scratch row holds it
+    const float *scale          # n values
+    const float *bias           # n values, or NULL
+    Py_ssize_t rows
+    Py_ssize_t n
+    float epsilon
+    float *scratch              # max_threads rows of n
+    int max_threads
+
+
+cdef void _add_norm_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const AddNormArgs *a = <const AddNormArgs *>p
+    cdef Py_ssize_t r0, r1, r, i, n = a.n
+    cdef const float *xa
+    cdef const float *xb
+    cdef float *s
+    cdef float m, inv
+    if nthreads > a.max_threads:  # a larger team than the scratch was made for
+        if tid >= a.max_threads:
+            return
+        nthreads = a.max_threads
+    ppl_partition(a.rows, tid, nthreads, &r0, &r1)
+    for r in range(r0, r1):
+        xa = a.a + r * n
+        xb = a.b + r * n
+        s = a.sum + r * n if a.sum != NULL else a.scratch + tid * n
+        for i in range(n):
+            s[i] = xa[i] + xb[i]
+        inv = _row_stats(s, n, False, a.epsilon, &m)
+        _affine_row(s, a.y + r * n, n, m, inv, a.scale, a.bias)
+
+
+def make_add_layer_norm_step(size_t a, size_t b, size_t y, size_t sum, size_t scale,
+                             size_t bias, Py_ssize_t rows, Py_ssize_t n, float epsilon,
+                             int num_threads, keep=None):
+    """Step of s = a + b, y = LayerNorm(s) * scale + bias over rows of n contiguous values
+    (see above); ``sum``: 0, or where s is written too; ``bias``: 0 when absent; scale and
+    bias hold n values each; ``keep``: objects the addresses point into."""
+    cdef Step step
+    cdef AddNormArgs *args
+    cdef float[:, ::1] scratch
+    if a == 0 or b == 0 or y == 0 or scale == 0:
+        raise ValueError("a, b, y and scale must be given")
+    if rows < 0 or n < 1:
+        raise ValueError(f"rows {rows}, n {n}: expected rows >= 0 and n >= 1")
+    num_threads = max(1, num_threads)
+    scratch_array = np.empty((num_threads, n), np.float32)
+    scratch = scratch_array
+    step = new_step(_add_norm_step, sizeof(AddNormArgs), rows > 1 and rows * n > GRAIN,
+                    (keep, scratch_array))
+    args = <AddNormArgs *>step.args
+    args.a, args.b = <const float *>a, <const float *>b
+    args.y, args.sum = <float *>y, <float *>sum
+    args.scale, args.bias = <const float *>scale, <const float *>bias
+    args.rows, args.n, args.epsilon = rows, n, epsilon
+    args.scratch = &scratch[0, 0]
+    args.max_threads = num_threads
     return step
 
 

@@ -14,8 +14,10 @@ bias (2) or after the softmax (3).
 
 The kernel is one flash-style step (``_attention_fp32.pxi``): work items are (batch, head,
 block of query rows), keys are taken a block at a time with a running max and sum, so the
-score matrix is never materialised (except as the requested QK output).  A past cache is
-first copied into ``present`` (one step; the attention reads it after a barrier).
+score matrix is never materialised (except as the requested QK output); both products of a
+block run on the brgemm microkernel of GEMM and convolution, over K and V packed once per
+KV head and thread.  A past cache is first copied into ``present`` (one step; the attention
+reads it after a barrier).
 """
 
 import math
