@@ -190,6 +190,27 @@ def resnet50(batch=1, size=224, width=1.0, classes=1000, seed=0):
     return net.model(batch, size, classes)
 
 
+def resnet18(batch=1, size=224, width=1.0, classes=1000, seed=0):
+    """torchvision ResNet-18: basic blocks (Conv-BN-Relu-Conv-BN, Add of the shortcut, Relu),
+    the residual Add that fuses into the second conv as a sum post-op."""
+    net = _Net("resnet18", seed)
+    stem = _ch(64, width)
+    x = net.conv_bn("input", 3, stem, 7, 2, act=net.relu)
+    x = net._node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = stem
+    for planes, blocks, stride in [(64, 2, 1), (128, 2, 2), (256, 2, 2), (512, 2, 2)]:
+        cout = _ch(planes, width)
+        for i in range(blocks):
+            s = stride if i == 0 else 1
+            y = net.conv_bn(x, cin, cout, 3, s, act=net.relu)
+            y = net.conv_bn(y, cout, cout, 3, gamma_scale=0.3)
+            shortcut = net.conv_bn(x, cin, cout, 1, s) if s != 1 or cin != cout else x
+            x = net.relu(net.add(y, shortcut))
+            cin = cout
+    net.classifier(x, cin, classes)
+    return net.model(batch, size, classes)
+
+
 def efficientnet_b0(batch=1, size=224, width=1.0, classes=1000, seed=0):
     """EfficientNet-B0 layout: MBConv blocks with depthwise 3x3/5x5, SiLU as Sigmoid*Mul,
     squeeze-excite (GlobalAveragePool -> Conv -> SiLU -> Conv -> Sigmoid -> Mul)."""
@@ -219,7 +240,7 @@ def efficientnet_b0(batch=1, size=224, width=1.0, classes=1000, seed=0):
     return net.model(batch, size, classes)
 
 
-CNN_BUILDERS = {"mobilenet_v2": mobilenet_v2, "resnet50": resnet50,
+CNN_BUILDERS = {"mobilenet_v2": mobilenet_v2, "resnet18": resnet18, "resnet50": resnet50,
                 "efficientnet_b0": efficientnet_b0}
 
 

@@ -154,6 +154,10 @@ def bench_model(name, path, threads_list, engines, args, peak_gflops, gflop):
         feeds = make_feeds(rt)
         runners = {"pplpy": lambda: rt.run(feeds)}
         ours = first_output(rt.run(feeds))
+        if args.unfused:  # the same engine without fuse_post_ops (pplnn --disable-fusion)
+            rt_plain = pplpy.load(path, num_threads=threads, max_isa=args.max_isa,
+                                  fusion=False)
+            runners["unfused"] = lambda: rt_plain.run(feeds)
         run_ort = engines.ort_runner(path, threads, feeds)
         if run_ort:
             want = first_output(run_ort())
@@ -168,7 +172,7 @@ def bench_model(name, path, threads_list, engines, args, peak_gflops, gflop):
             row["ov_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         for engine, ms in interleaved_medians(runners, args.warmup, args.repeats).items():
             row[f"{engine}_ms"] = ms
-        for engine in ("ort", "ov"):
+        for engine in ("ort", "ov", "unfused"):
             if f"{engine}_ms" in row:
                 row[f"{engine}_ratio"] = row[f"{engine}_ms"] / row["pplpy_ms"]
         row["pplpy_gflops"] = gflop / row["pplpy_ms"] * 1e3
@@ -196,7 +200,9 @@ def print_row(row):
           f"{_fmt(row, 'ov_ms', '.2f', 8)} {_fmt(row, 'ort_ratio', '.2f', 7)} "
           f"{_fmt(row, 'ov_ratio', '.2f', 7)} {_fmt(row, 'pplpy_gflops', '.1f', 8)} "
           f"{_fmt(row, 'pplpy_peak_pct', '.1f', 7)} {_fmt(row, 'ort_peak_pct', '.1f', 7)} "
-          f"{_fmt(row, 'max_rel_err', '.1e', 8)}", flush=True)
+          f"{_fmt(row, 'max_rel_err', '.1e', 8)}"
+          + (f" {_fmt(row, 'unfused_ms', '.2f', 9)} {_fmt(row, 'unfused_ratio', '.2f', 8)}"
+             if "unfused_ms" in row else ""), flush=True)
     if "ov_error" in row:
         print(f"    OpenVINO failed on {row['model']}: {row['ov_error']}")
 
@@ -216,6 +222,9 @@ def main(argv=None):
     parser.add_argument("--models", help="comma-separated subset of the suite's models")
     parser.add_argument("--max-isa", choices=["avx512", "fma", "sse"])
     parser.add_argument("--no-openvino", action="store_true")
+    parser.add_argument("--unfused", action="store_true", help="also time pplpy with "
+                        "fusion=False (pplnn --disable-fusion): columns unfused ms and "
+                        "unfused/ppl")
     parser.add_argument("--json", metavar="PATH", help="also write every row as JSON")
     args = parser.parse_args(argv)
     with open(args.suite) as f:
@@ -243,7 +252,7 @@ def main(argv=None):
         print("note: " + note)
     print(f"medians of {args.repeats} runs after {args.warmup} warm-up runs; ratios above 1: "
           f"pplpy is faster; %pk = percent of threads x single-core peak\n")
-    print(HEAD)
+    print(HEAD + (f" {'unfus ms':>9} {'unf/ppl':>8}" if args.unfused else ""))
     rows = []
     folder = tempfile.mkdtemp(prefix="pplpy_bench_models_")
     for entry in entries:
@@ -259,10 +268,13 @@ def main(argv=None):
         sel = [r for r in rows if r["threads"] == t]
         s = {"ort": geomean([r.get("ort_ratio") for r in sel]),
              "ov": geomean([r.get("ov_ratio") for r in sel]),
+             "unfused": geomean([r.get("unfused_ratio") for r in sel]),
              "pplpy_peak_pct": geomean([r["pplpy_peak_pct"] for r in sel])}
         summary[t] = s
         parts = [f"ORT/pplpy {s['ort']:.2f}" if s["ort"] else "ORT -",
                  f"OpenVINO/pplpy {s['ov']:.2f}" if s["ov"] else "OpenVINO -"]
+        if s["unfused"]:
+            parts.append(f"unfused/pplpy {s['unfused']:.2f}")
         print(f"geometric mean, {t} thread{'s' if t > 1 else ''}: " + ", ".join(parts)
               + f" over {len(sel)} models")
     if args.json:

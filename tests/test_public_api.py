@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
-from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.engines.x86.impls.post_ops import PostOp, eltwise
 from pplpy.common.data_format import DataFormat
 
 RNG = np.random.default_rng(7)
@@ -57,7 +57,7 @@ def test_fusion_folds_relu_into_the_conv_and_matches_unfused(save_model):
     assert [n.op_type for n in fused.graph.nodes] == ["Reorder", "Conv", "Reorder", "Softmax",
                                                       "MaxPool"]
     (conv,) = [n for n in fused.graph.nodes if n.op_type == "Conv"]
-    assert fused.result.ops[conv].post_ops == [(PostOp.RELU, 0.0, 0.0)]
+    assert fused.result.ops[conv].post_ops == [eltwise(PostOp.RELU, 0.0, 0.0)]
     x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(fused.run({"x": x})["y"], unfused.run({"x": x})["y"],
                                rtol=1e-5, atol=1e-6)

@@ -276,6 +276,11 @@ class Graph:
         if old:
             self._forget_if_unused(old)
 
+    def append_input(self, node, name):
+        """Give ``node`` one more input, reading ``name`` ("" for an omitted one)."""
+        node._inputs = node._inputs + ("",)
+        self.set_input(node, len(node._inputs) - 1, name)
+
     def set_output(self, node, index, name):
         """Make output ``index`` of ``node`` write ``name``."""
         old = node._outputs[index]

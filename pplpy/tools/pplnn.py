@@ -42,7 +42,6 @@ import warnings
 import numpy as np
 
 import pplpy
-from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.engines.x86.engine import MM_POLICIES
 from pplpy.engines.x86.pipeline import OPTIMIZER_PREFIX, PASS_NAMES
 from pplpy.engines.x86.save_model import capture, write_model
@@ -421,8 +420,7 @@ def format_graph(graph, ops=None, tensor_shapes=None, title="after the x86 engin
         op = (ops or {}).get(node)
         post_ops = getattr(op, "post_ops", None)
         if post_ops:
-            listed = ", ".join(f"{PostOp(code).name.lower()}({p0:g}, {p1:g})"
-                               for code, p0, p1 in post_ops)
+            listed = ", ".join(e.describe(node.inputs) for e in post_ops)
             lines.append(f"{pad}post-ops  {listed}")
         algorithm = getattr((kernels or {}).get(node), "algorithm", None)
         if algorithm is not None:

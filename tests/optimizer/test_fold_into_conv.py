@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
-from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.engines.x86.impls.post_ops import PostOp, eltwise
 from pplpy.models.onnx import load_model
 from pplpy.optimizer import PassContext, PassManager
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
@@ -91,7 +91,7 @@ def test_resnet_block_conv_bn_relu(save_model):
     assert "w" not in graph.constants  # the unfolded weight is gone (DCE)
     types, fused, unfused = check(save_model, m, {"x": rand(2, 8, 9, 9)})
     assert "BatchNormalization" not in types and "Relu" not in types
-    assert post_ops(fused, "Conv") == [[(PostOp.RELU, 0.0, 0.0)]]
+    assert post_ops(fused, "Conv") == [[eltwise(PostOp.RELU, 0.0, 0.0)]]
     assert [n.op_type for n in unfused.graph.nodes].count("BatchNormalization") == 1
 
 
@@ -134,7 +134,7 @@ def test_mobilenet_depthwise_conv_bn_clip(save_model, c):
     m = model(nodes, inits, [("x", [1, c, 11, 11])])
     types, fused, _ = check(save_model, m, {"x": rand(1, c, 11, 11) * 3})
     assert types.count("BatchNormalization") == 0 and "Clip" not in types
-    assert post_ops(fused, "Conv")[0] == [(PostOp.CLIP, 0.0, 6.0)]
+    assert post_ops(fused, "Conv")[0] == [eltwise(PostOp.CLIP, 0.0, 6.0)]
 
 
 def test_grouped_conv_bn(save_model):
@@ -223,7 +223,7 @@ def test_gemm_mul_add_per_feature(save_model, trans_b):
     assert graph.nodes[0].param.beta == 1.0 and graph.nodes[0].param.alpha == 0.5
     types, fused, _ = check(save_model, m, {"x": rand(5, k)})
     assert types == ["Gemm"]
-    assert post_ops(fused, "Gemm") == [[(PostOp.RELU, 0.0, 0.0)]]
+    assert post_ops(fused, "Gemm") == [[eltwise(PostOp.RELU, 0.0, 0.0)]]
 
 
 def test_gemm_bn_without_c(save_model):
@@ -261,7 +261,7 @@ def test_batched_matmul_keeps_the_add_but_fuses_relu(save_model):
                helper.make_node("Sigmoid", ["mm"], ["y"])], inits, [("x", [2, 4, 16])])
     types, fused, _ = check(save_model, m, {"x": rand(2, 4, 16)})
     assert types == ["MatMul"]
-    assert post_ops(fused, "MatMul") == [[(PostOp.SIGMOID, 0.0, 0.0)]]
+    assert post_ops(fused, "MatMul") == [[eltwise(PostOp.SIGMOID, 0.0, 0.0)]]
 
 
 def test_disable_fusion_turns_the_folds_off(save_model):

@@ -197,7 +197,7 @@ def test_conv_then_silu_is_one_conv_with_a_swish_post_op():
     rt = load_and_check(g.model({"x": (F, [1, 3, 8, 8])}), {"x": rand(1, 3, 8, 8)}, rtol=1e-4)
     assert ops(rt) == {"Conv": 1, "Reorder": 2}  # N16CX inside, NDARRAY at the ends
     (post,) = rt.result.ops[fused(rt, "Conv")].post_ops
-    assert post[0] == PostOp.SWISH
+    assert post.alg == PostOp.SWISH
 
 
 @pytest.mark.parametrize("miss", ["wrong_sqrt2", "wrong_half", "intermediate_output",

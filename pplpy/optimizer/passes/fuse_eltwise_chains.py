@@ -13,10 +13,10 @@ operand is a value from outside the run (a constant, the run's input x, or anyth
 elsewhere: with single-reader links nothing outside the run can depend on its inside) that
 broadcasts into x without growing it, along one contiguous run of axes.
 
-Runs of 2 or more nodes are fused; a single node stays, since the engine's post-op fusion
-(fuse_post_ops, later) takes a lone activation after a Conv/Gemm/MatMul into its epilogue.
-For the same reason a run does not start with an activation that reads such a producer's
-output: the activation stays for the epilogue and the chain starts after it.
+Runs of 2 or more nodes are fused.  A run never starts at a node that reads the output of a
+Conv/Gemm/MatMul/MatMulBias (read by it alone): the engine's post-op fusion (fuse_post_ops,
+later) takes the activations, binary ops and residual sums after such a producer into its
+epilogue, which saves the whole pass over memory; a chain may start after them.
 """
 
 import math
@@ -39,9 +39,11 @@ UNARY_OPS = frozenset((
     "Softsign", "Elu", "Selu", "Celu", "Gelu", "Mish", "ThresholdedRelu", "Shrink", "Swish",
 ))
 BINARY_OPS = frozenset(("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"))
-# Producers whose lone activation the engine fuses into their epilogue (fuse_post_ops).
+# Producers whose following element-wise ops the engine fuses into their epilogue
+# (fuse_post_ops); the pplpy Conv/Gemm/MatMul are the same ops read from a saved model.
 EPILOGUE_PRODUCERS = frozenset((("", "Conv"), ("", "Gemm"), ("", "MatMul"),
-                                ("pplpy", "MatMulBias")))
+                                ("pplpy", "MatMulBias"), ("pplpy", "Conv"), ("pplpy", "Gemm"),
+                                ("pplpy", "MatMul")))
 CHAIN_DOMAIN, CHAIN_OP, CHAIN_OPSET = "pplpy", "EltwiseChain", 1
 MIN_LENGTH = 2
 SELF = -1  # ChainEntry.operand: the running value itself
@@ -111,15 +113,17 @@ class FuseEltwiseChains(GraphPass):
 
     @staticmethod
     def _epilogue_activation(graph, node):
-        """Whether ``node`` is an activation the engine will fuse into its producer's
-        epilogue (the only reader of a Conv/Gemm/MatMul/MatMulBias output)."""
-        if node.domain != "" or node.op_type not in UNARY_OPS or not node.inputs:
+        """Whether ``node`` is left for the engine to fuse into a producer's epilogue: it
+        reads the output of a Conv/Gemm/MatMul/MatMulBias that it alone reads."""
+        if node.domain != "" or not node.inputs:
             return False
-        source = node.inputs[0]
-        producer = graph.producer(source)
-        return (producer is not None and producer.key in EPILOGUE_PRODUCERS
-                and set(graph.consumers(source)) == {node}
-                and not graph.is_graph_output(source))
+        for source in node.inputs[:2]:
+            producer = graph.producer(source) if source else None
+            if (producer is not None and producer.key in EPILOGUE_PRODUCERS
+                    and set(graph.consumers(source)) == {node}
+                    and not graph.is_graph_output(source)):
+                return True
+        return False
 
     def _run_from(self, graph, first, taken):
         """(nodes, x, entries, operands) of the longest run starting at ``first``, or None

@@ -72,15 +72,33 @@ enum { PPL_POST_NONE = 0, PPL_POST_RELU = 1, PPL_POST_LEAKY_RELU = 2, PPL_POST_C
        PPL_POST_GELU = 35, PPL_POST_MISH = 36, PPL_POST_THRESHOLDED_RELU = 37,
        PPL_POST_SHRINK = 38, PPL_POST_SWISH = 39 };
 
+/* The post-op chain (its header needs the vector types above and the activations). */
+struct ppl_post_chain_s;
+
 typedef struct {
     float alpha;          /* scales the batch-reduced sum */
     float beta;           /* scales addend */
     const float *bias;    /* NULL, or bias[j] for tile column j (contiguous) */
     const float *addend;  /* NULL, or a tile laid out like C (same ldc and cbs) */
     int accumulate;       /* 1: add what C already holds (a later K chunk) */
-    int post_op;          /* PPL_POST_*, applied last */
+    /* The post-ops, in this order: */
+    const float *sum;     /* NULL, or a tensor laid out like the output dst: x += sum_scale *
+                             sum[c - dst] (the chain's leading sum post-op) */
+    float sum_scale;
+    const float *dst;     /* the output's first float (for sum) */
+    int post_op;          /* PPL_POST_*: relu, leaky relu or clip inline, others out of line */
     float p0, p1;         /* post-op parameters */
+    const struct ppl_post_chain_s *chain;  /* NULL, or entries [chain_first, len) of a chain
+                                              applied to the stored tile */
+    int chain_first;
+    ptrdiff_t col0;       /* the channel (GEMM column) of tile column 0, for the chain */
 } ppl_epilogue;
+
+/* An epilogue that writes alpha = 1 times the product and nothing else. */
+static inline void ppl_epilogue_reset(ppl_epilogue *ep) {
+    __builtin_memset(ep, 0, sizeof *ep);
+    ep->alpha = 1.0f;
+}
 
 #define PPL_INLINE static inline __attribute__((always_inline))
 
@@ -113,6 +131,7 @@ PPL_INLINE ptrdiff_t ppl_col(int j0, ptrdiff_t cbs) { return (j0 / PPL_CB) * cbs
 
 /* The post-ops are the activations of _activation_fp32.h, applied to whole vectors. */
 #include "_activation_fp32.h"
+#include "_post_chain_fp32.h"
 
 /* One float through a post-op: lane 0 of the vector function, so that scalar and vector
  * paths give the same bits.  It computes a whole vector for one value: over a row, prefer
@@ -137,6 +156,8 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
                    "post-op codes must be the activation codes");
     const ppl_vf alpha = ppl_splat(ep->alpha);
     const int post = ep->post_op;
+    const float *sum = ep->sum ? ep->sum + (c - ep->dst) : NULL;
+    const ppl_vf sum_scale = ppl_splat(ep->sum_scale);
     if (n_valid == PPL_NB) {
 #pragma GCC unroll 16
         for (int r = 0; r < M; r++) {
@@ -147,25 +168,30 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
                 if (ep->accumulate) x += ppl_load(c + off);
                 if (ep->addend) x += ppl_load(ep->addend + off) * ep->beta;
                 if (ep->bias) x += ppl_load(ep->bias + v * PPL_VLEN);
+                if (sum) x = sum_scale * ppl_load(sum + off) + x;
                 if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
                 ppl_store(c + off, x);
             }
         }
-        return;
-    }
-    for (int r = 0; r < M; r++) {
-        for (int v = 0; v < PPL_NV && v * PPL_VLEN < n_valid; v++) {
-            const int j0 = v * PPL_VLEN;
-            const ptrdiff_t nv = n_valid - j0 < PPL_VLEN ? n_valid - j0 : PPL_VLEN;
-            const ptrdiff_t off = r * ldc + ppl_col(j0, cbs);
-            ppl_vf x = acc[r][v] * alpha;
-            if (ep->accumulate) x += ppl_act_load_partial(c + off, nv);
-            if (ep->addend) x += ppl_act_load_partial(ep->addend + off, nv) * ep->beta;
-            if (ep->bias) x += ppl_act_load_partial(ep->bias + j0, nv);
-            if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
-            ppl_act_store_partial(c + off, x, nv);
+    } else {
+        for (int r = 0; r < M; r++) {
+            for (int v = 0; v < PPL_NV && v * PPL_VLEN < n_valid; v++) {
+                const int j0 = v * PPL_VLEN;
+                const ptrdiff_t nv = n_valid - j0 < PPL_VLEN ? n_valid - j0 : PPL_VLEN;
+                const ptrdiff_t off = r * ldc + ppl_col(j0, cbs);
+                ppl_vf x = acc[r][v] * alpha;
+                if (ep->accumulate) x += ppl_act_load_partial(c + off, nv);
+                if (ep->addend) x += ppl_act_load_partial(ep->addend + off, nv) * ep->beta;
+                if (ep->bias) x += ppl_act_load_partial(ep->bias + j0, nv);
+                if (sum) x = sum_scale * ppl_act_load_partial(sum + off, nv) + x;
+                if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
+                ppl_act_store_partial(c + off, x, nv);
+            }
         }
     }
+    /* The rest of the chain on the stored tile, while it is in L1. */
+    if (ep->chain)
+        ppl_post_chain_tile(ep->chain, ep->chain_first, c, ldc, cbs, M, n_valid, ep->col0);
 }
 
 /* acc[r][v] += sum over the batch of A_i[r, :k] . B_i[:k, v-th vector]; M and (when the

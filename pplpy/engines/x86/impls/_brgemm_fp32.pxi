@@ -1,6 +1,8 @@
 # Cython declarations of the brgemm microkernel in _brgemm_fp32.h.  Included by the family
 # bodies (_gemm_fp32.pxi, _conv_fp32.pxi); the including .pyx must define PPL_VLEN first.
 
+include "_post_chain_fp32.pxi"
+
 cdef extern from "_brgemm_fp32.h" nogil:
     enum:
         PPL_VLEN     # floats per vector register of this tier
@@ -14,9 +16,17 @@ cdef extern from "_brgemm_fp32.h" nogil:
         const float *bias
         const float *addend
         int accumulate
+        const float *sum
+        float sum_scale
+        const float *dst
         int post_op
         float p0
         float p1
+        const ppl_post_chain *chain
+        int chain_first
+        Py_ssize_t col0
+
+    void ppl_epilogue_reset(ppl_epilogue *ep)
 
     float ppl_post_scalar(float x, int post_op, float p0, float p1)
 

@@ -76,7 +76,8 @@ ctypedef struct _ConvArgs:
     Py_ssize_t oc, icg, ocg, mult  # mult: depthwise channel multiplier
     const float *bias              # padded to whole panels, or NULL: raw_bias (oc values)
     const float *raw_bias
-    ppl_epilogue ep
+    ppl_epilogue ep                # its chain is &chain: the post-ops past ep's inline prefix
+    ppl_post_chain chain
     Py_ssize_t nrowblk, rows, nseg, nitems
     const float **ptrs             # max_threads slices of 2 * cap batch pointers
     Py_ssize_t cap
@@ -251,6 +252,7 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb
     cdef ppl_epilogue ep = ep_base[0]
     ep.bias = bias
+    ep.col0 = col0
 
     _interior_cols(d, &ow_lo, &ow_hi)
     ow_lo = max(ow_lo, ow_begin)
@@ -410,8 +412,11 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
             x_p = c.x + (n * d.icb + cb) * plane
         y_p = c.y + (n * d.ocb + cb) * d.OH * d.OW * PPL_CB
         for oh in range(oh_lo, oh_hi):
-            ppl_dw_row(x_p, d.H, d.W, wp, bias, y_p + oh * d.OW * PPL_CB, d.OW, oh, d.kh, d.kw, d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op,
-                       c.ep.p0, c.ep.p1)
+            ppl_dw_row(x_p, d.H, d.W, wp, bias, y_p + oh * d.OW * PPL_CB, d.OW, oh, d.kh, d.kw,
+                       d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op, c.ep.p0, c.ep.p1)
+            if c.ep.chain != NULL:  # the rest of the chain on the row just written
+                ppl_post_chain_tile(&c.chain, c.ep.chain_first, y_p + oh * d.OW * PPL_CB,
+                                    PPL_CB, 0, d.OW, PPL_CB, cb * PPL_CB)
 
 
 def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int out_c,
@@ -419,13 +424,15 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
                            Py_ssize_t OW, int kh, int kw, int stride_h, int stride_w,
                            int pad_top, int pad_left, int dil_h, int dil_w, int post_op,
                            float p0, float p1, int num_threads, *, packed_w=None,
-                           size_t w=0, bias=None, size_t b=0, keep=()):
+                           size_t w=0, bias=None, size_t b=0, post_chain=(), keep=()):
     """The step computing y = post_op(conv2d(x, W, groups=group) + bias), x and y in N16CX
     at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16), OH, OW, 16).
 
     W: packed_w from conv_pack_weight, or the address w of a raw (OC, IC/group, KH, KW)
     weight computed at run time.  Bias: an array of out_c values, or the address b of one
-    computed at run time, or neither.  Memory at addresses outlives the step (``keep``)."""
+    computed at run time, or neither.  Memory at addresses outlives the step (``keep``).
+    Post-ops: post_op (p0, p1), then the chain post_chain (_post_chain_fp32.pxi) on y;
+    per-channel operands have out_c values, per-element ones are N16CX like y."""
     if min(stride_h, stride_w, dil_h, dil_w) < 1 or min(pad_top, pad_left) < 0:
         raise ValueError("make_conv2d_n16cx_step: strides and dilations must be >= 1, "
                          "pads >= 0")
@@ -543,13 +550,13 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
         bias_v = bias_pad
         c.bias = &bias_v[0]
     c.raw_bias = <const float *>b
-    c.ep.alpha = 1.0
-    c.ep.beta = 0.0
+    _fill_post_chain(&c.chain, _full_chain(post_op, p0, p1, post_chain), y, out_c,
+                     "make_conv2d_n16cx_step")
+    ppl_epilogue_reset(&c.ep)
     c.ep.bias = c.bias
-    c.ep.addend = NULL
-    c.ep.accumulate = 0
-    c.ep.post_op = post_op
-    c.ep.p0, c.ep.p1 = p0, p1
+    # Dense: a leading sum and a cheap activation on the accumulators; depthwise: any one
+    # activation in ppl_dw_row.  The rest over the stored tile or row.
+    _split_post_chain(&c.chain, &c.ep, not depthwise, depthwise)
     c.nrowblk, c.rows, c.nseg, c.nitems = nrowblk, rows, nseg, nitems
     c.ptrs = <const float **>&ptrs_v[0]
     c.cap = cap
@@ -561,7 +568,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
 
 def conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int group, int kh, int kw,
                       int stride_h, int stride_w, int pad_top, int pad_left, int dil_h,
-                      int dil_w, int post_op, float p0, float p1, int num_threads):
+                      int dil_w, int post_op, float p0, float p1, int num_threads,
+                      post_chain=()):
     """y = post_op(conv2d(x, w, groups=group) + bias), x and y in N16CX; packed_w from
     conv_pack_weight, or a raw (OC, IC/group, KH, KW) float32 array."""
     cdef const float[:, :, :, :, ::1] xv = x
@@ -588,5 +596,5 @@ def conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int group, int 
         group, xv.shape[2], xv.shape[3], yv.shape[2], yv.shape[3], kh, kw, stride_h, stride_w,
         pad_top, pad_left, dil_h, dil_w, post_op, p0, p1, num_threads,
         packed_w=None if w_address else packed_w, w=w_address, bias=bias,
-        keep=(x, y, packed_w))
+        post_chain=post_chain, keep=(x, y, packed_w))
     run_steps([step], num_threads)

@@ -177,14 +177,7 @@ cdef void _deconv_item(const _DeconvArgs *a, Py_ssize_t item, float *xt,
     cdef const float *b_ptr
     cdef int mm, n_valid
     cdef ppl_epilogue ep
-    ep.alpha = 1
-    ep.beta = 0
-    ep.bias = NULL
-    ep.addend = NULL
-    ep.accumulate = 0
-    ep.post_op = 0
-    ep.p0 = 0
-    ep.p1 = 0
+    ppl_epilogue_reset(&ep)
     _fill_outputs(a, y_n, oc0, occ)
     p0 = 0
     while p0 < a.in_pixels:

@@ -1,6 +1,8 @@
 # GEMM on the brgemm microkernel, as a compiled step of the run plan:
 #
-#     out[i] = post_op(alpha * (A[i] @ B[i]) + beta * C + bias)     for each batch entry i
+#     out[i] = post_ops(alpha * (A[i] @ B[i]) + beta * C + bias)    for each batch entry i
+#
+# post_ops: a chain of post-ops (_post_chain_fp32.h); per-channel operands are per column.
 #
 # Written once, included by _gemm_fp32_{avx512,fma,sse}.pyx after each defines PPL_VLEN, so
 # every tier gets its own vectorised copy (numpy-style dispatch, STYLE.md).
@@ -59,8 +61,7 @@ ctypedef struct _GemmArgs:
     const float *c              # NULL, or C added after the tiles: (r, j) at r*c_s0 + j*c_s1
     Py_ssize_t c_s0, c_s1
     float c_beta
-    int post_op                 # applied after C when c is set (ep.post_op is then NONE)
-    float p0, p1
+    ppl_post_chain chain        # the post-ops; when c is set, applied after C (ep has none)
     Py_ssize_t npanels, nmblocks, rows_per_block, ngroups, panels_per_group, kc
     float *scratch              # max_threads slices of scratch_floats
     Py_ssize_t scratch_floats
@@ -134,10 +135,13 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_
             ep.accumulate = 1
             ep.bias = NULL
             ep.addend = NULL
-        if k0 + kc_len < k:
+        if k0 + kc_len < k:  # post-ops on the last K chunk only
             ep.post_op = 0
+            ep.sum = NULL
+            ep.chain = NULL
         for p in range(panel_lo, panel_hi):
             n_valid = <int>min(<Py_ssize_t>PPL_NB, n - p * PPL_NB)
+            ep.col0 = p * PPL_NB
             row0 = row_lo
             while row0 < row_hi:
                 mm = <int>min(<Py_ssize_t>PPL_MR, row_hi - row0)
@@ -157,7 +161,7 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_
 
 cdef void _add_c(const _GemmArgs *g, float *out, Py_ssize_t row_lo, Py_ssize_t row_hi,
                  Py_ssize_t col_lo, Py_ssize_t col_hi) noexcept nogil:
-    """out[rows, cols] = post_op(out + c_beta * C) for a C broadcast at run time."""
+    """out[rows, cols] = post_ops(out + c_beta * C) for a C broadcast at run time."""
     cdef Py_ssize_t r, j
     cdef float *o
     cdef const float *c
@@ -165,7 +169,10 @@ cdef void _add_c(const _GemmArgs *g, float *out, Py_ssize_t row_lo, Py_ssize_t r
         o = out + r * g.n
         c = g.c + r * g.c_s0
         for j in range(col_lo, col_hi):
-            o[j] = ppl_post_scalar(o[j] + g.c_beta * c[j * g.c_s1], g.post_op, g.p0, g.p1)
+            o[j] = o[j] + g.c_beta * c[j * g.c_s1]
+    if g.chain.len > 0 and row_lo < row_hi and col_lo < col_hi:
+        ppl_post_chain_tile(&g.chain, 0, out + row_lo * g.n + col_lo, g.n, PPL_CB,
+                            row_hi - row_lo, col_hi - col_lo, col_lo)
 
 
 cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
@@ -253,8 +260,9 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
                    Py_ssize_t lda=-1, bint trans_a=False, bint b_packed=True,
                    bint trans_b=False, Py_ssize_t ldb=-1, float alpha=1.0, bias=None,
                    size_t addend=0, size_t c=0, Py_ssize_t c_s0=0, Py_ssize_t c_s1=0,
-                   float beta=0.0, int post_op=0, float p0=0.0, float p1=0.0, keep=()):
-    """The step computing out[i] = post_op(alpha * A[i] @ B[i] + beta * C + bias), i < batch.
+                   float beta=0.0, int post_op=0, float p0=0.0, float p1=0.0, post_chain=(),
+                   keep=()):
+    """The step computing out[i] = post_ops(alpha * A[i] @ B[i] + beta * C + bias), i < batch.
 
     Addresses are of float32 memory that outlives the step (``keep`` holds its owners).
     A[i] at a + a_offsets[i] floats: M x K with row stride lda (default K), or with trans_a
@@ -262,7 +270,10 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     gemm_pack_b when b_packed, else raw K x N (row stride ldb, default N) or with trans_b
     N x K (default K).  out[i] at out + i * M * N, row-major.  bias: N values (or None);
     addend: an M x N array scaled by beta (batch 1); c: a C broadcast at run time, (r, j) at
-    c + r * c_s0 + j * c_s1 floats, scaled by beta and added before the post-op (batch 1)."""
+    c + r * c_s0 + j * c_s1 floats, scaled by beta and added before the post-op (batch 1).
+    Post-ops: the activation post_op (p0, p1), then the chain post_chain of
+    (kind, alg, p0, p1, address, broadcast) entries (_post_chain_fp32.pxi) on the output at
+    out (all batch entries); per-channel operands have n values."""
     if m < 1 or n < 1 or k < 0 or batch < 1:
         raise ValueError(f"make_gemm_step: expected m, n, batch >= 1 and k >= 0, got m={m} "
                          f"n={n} k={k} batch={batch}")
@@ -273,6 +284,7 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
         raise ValueError("make_gemm_step: addend and c need batch 1")
     if addend and c:
         raise ValueError("make_gemm_step: give addend or c, not both")
+    chain = _full_chain(post_op, p0, p1, post_chain)
     num_threads = max(1, num_threads)
     a_off = _offsets(a_offsets, batch, "a_offsets")
     b_off = _offsets(b_offsets, batch, "b_offsets")
@@ -329,6 +341,8 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     g.batch = batch
     g.out = <float *>out
     g.m, g.k, g.n = m, k, n
+    _fill_post_chain(&g.chain, chain, out, n, "make_gemm_step")
+    ppl_epilogue_reset(&g.ep)
     g.ep.alpha = alpha
     g.ep.beta = beta
     g.ep.bias = NULL
@@ -336,12 +350,10 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
         bias_v = bias_pad
         g.ep.bias = &bias_v[0]
     g.ep.addend = <const float *>addend
-    g.ep.accumulate = 0
-    g.ep.post_op = 0 if c else post_op
-    g.ep.p0, g.ep.p1 = p0, p1
+    if not c:  # else _add_c applies the whole chain after C
+        _split_post_chain(&g.chain, &g.ep, True, False)
     g.c = <const float *>c
     g.c_s0, g.c_s1, g.c_beta = c_s0, c_s1, beta
-    g.post_op, g.p0, g.p1 = post_op, p0, p1
     g.npanels, g.nmblocks, g.rows_per_block = npanels, nmblocks, rows_per_block
     g.ngroups, g.panels_per_group = ngroups, panels_per_group
     g.kc = (k + nkc - 1) // nkc if k > 0 else 1
@@ -356,8 +368,9 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
 
 def gemm_fp32(const float[:, :] a, const float[:, :, ::1] packed_b, int k, int n,
               float[:, ::1] out, float alpha, bias, addend, float beta, int post_op,
-              float p0, float p1, int num_threads):
-    """out = post_op(alpha * (a @ B) + beta * addend + bias), B given by gemm_pack_b."""
+              float p0, float p1, int num_threads, post_chain=()):
+    """out = post_ops(alpha * (a @ B) + beta * addend + bias), B given by gemm_pack_b; the
+    chain post_chain after post_op (make_gemm_step)."""
     cdef Py_ssize_t m = a.shape[0]
     cdef Py_ssize_t npanels = (n + PPL_NB - 1) // PPL_NB
     if k < 1 or n < 1:
@@ -389,5 +402,6 @@ def gemm_fp32(const float[:, :] a, const float[:, :, ::1] packed_b, int k, int n
     step = make_gemm_step(<size_t>&a[0, 0], <size_t>&packed_b[0, 0, 0], <size_t>&out[0, 0],
                           m, k, n, num_threads, lda=lda, alpha=alpha, bias=bias,
                           addend=addend_address, beta=beta, post_op=post_op, p0=p0, p1=p1,
+                          post_chain=post_chain,
                           keep=(a, packed_b, out, addend))
     run_steps([step], num_threads)

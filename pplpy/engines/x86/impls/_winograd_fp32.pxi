@@ -63,7 +63,9 @@ ctypedef struct _WinoArgs:
     Py_ssize_t H, W, OH, OW, TH, TW, pt, pl
     Py_ssize_t tiles, block, nitems  # all tiles (batch * TH * TW), tiles per item, items
     int kc
-    int post_op
+    int post_op                    # the chain's leading activation, in the output transform
+    ppl_post_chain chain           # entries [chain_first, len) after it, per output tile row
+    int chain_first
     float p0, p1
     ppl_epilogue ep
     float *scratch                 # max_threads slices of scratch_floats
@@ -167,6 +169,21 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, float *sc
                                  <int>min(<Py_ssize_t>4, c.OH - th * 4),
                                  <int>min(<Py_ssize_t>4, c.OW - tw * 4),
                                  c.post_op, c.p0, c.p1)
+            if c.chain_first < c.chain.len:
+                _wino_chain_rows(c, n, cb, th * 4, tw * 4,
+                                 <int>min(<Py_ssize_t>4, c.OH - th * 4),
+                                 <int>min(<Py_ssize_t>4, c.OW - tw * 4))
+
+
+cdef void _wino_chain_rows(const _WinoArgs *c, Py_ssize_t n, Py_ssize_t cb, Py_ssize_t oh0,
+                          Py_ssize_t ow0, int nh, int nw) noexcept nogil:
+    """The chain past its leading activation on the nh x nw output tile at (oh0, ow0) of
+    channel block cb, one pixel row at a time (each row's pixels are 16 floats apart)."""
+    cdef float *row
+    cdef int i
+    for i in range(nh):
+        row = c.y + ((n * c.ocb + cb) * c.OH * c.OW + (oh0 + i) * c.OW + ow0) * PPL_CB
+        ppl_post_chain_tile(&c.chain, c.chain_first, row, PPL_CB, 0, nw, PPL_CB, cb * PPL_CB)
 
 
 cdef void _wino_step(const void *args, int tid, int nthreads) noexcept nogil:
@@ -189,7 +206,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
                             Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW,
                             int pad_top, int pad_left, int post_op, float p0, float p1,
                             int num_threads, *, packed_w, bias=None, size_t b=0, keep=(),
-                            Py_ssize_t tiles_per_item=0):
+                            Py_ssize_t tiles_per_item=0, post_chain=()):
     """The step computing y = post_op(conv3x3(x, W) + bias), stride 1, dilation 1, group 1,
     x and y in N16CX at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16),
     OH, OW, 16); pads end are implied by OH and OW.
@@ -254,14 +271,14 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     # With fewer than 16 input channels the rest of the block is padding: reduce over the
     # real channels only (their weight rows come first).
     c.kc = in_c if icb == 1 else PPL_CB
-    c.post_op, c.p0, c.p1 = post_op, p0, p1
-    c.ep.alpha = 1.0
-    c.ep.beta = 0.0
-    c.ep.bias = NULL
-    c.ep.addend = NULL
-    c.ep.accumulate = 0
-    c.ep.post_op = 0
-    c.ep.p0, c.ep.p1 = 0.0, 0.0
+    _fill_post_chain(&c.chain, _full_chain(post_op, p0, p1, post_chain), y, out_c,
+                     "make_winograd_conv_step")
+    cdef ppl_epilogue split  # only for the split: the output transform applies the activation
+    ppl_epilogue_reset(&split)
+    _split_post_chain(&c.chain, &split, False, True)
+    c.post_op, c.p0, c.p1 = split.post_op, split.p0, split.p1
+    c.chain_first = split.chain_first
+    ppl_epilogue_reset(&c.ep)  # the products into scratch: no epilogue
     c.scratch = &scratch_v[0]
     c.scratch_floats = scratch_floats
     c.ptrs = <const float **>&ptrs_v[0]
@@ -271,7 +288,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
 
 def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pad_top,
                                int pad_left, int post_op, float p0, float p1, int num_threads,
-                               Py_ssize_t tiles_per_item=0):
+                               Py_ssize_t tiles_per_item=0, post_chain=()):
     """y = post_op(conv3x3(x, w) + bias), stride 1, x and y in N16CX; packed_w from
     winograd_pack_weight.  The test wrapper of make_winograd_conv_step."""
     cdef const float[:, :, :, :, ::1] xv = x
@@ -286,5 +303,5 @@ def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pa
         <size_t>&xv[0, 0, 0, 0, 0], <size_t>&yv[0, 0, 0, 0, 0], xv.shape[0], in_c, out_c,
         xv.shape[2], xv.shape[3], yv.shape[2], yv.shape[3], pad_top, pad_left, post_op, p0, p1,
         num_threads, packed_w=packed_w, bias=bias, keep=(x, y),
-        tiles_per_item=tiles_per_item)
+        tiles_per_item=tiles_per_item, post_chain=post_chain)
     run_steps([step], num_threads)

@@ -1,13 +1,22 @@
-"""Activation codes, shared by the eltwise kernels and every kernel that can fuse an
-activation into its output (the brgemm epilogue of GEMM and convolution).
+"""Post-ops: activation codes, shared by the eltwise kernels and every kernel that can fuse
+work into its output (the epilogue of GEMM and convolution), and the chains of post-ops
+those kernels apply, after oneDNN's post-op list (reference/000).
 
-The codes are plain ints so that ``nogil`` code can switch on them; each one is a vector
-function in ``_activation_fp32.h``.  ``p0`` / ``p1`` are the op's scalar parameters
-(LeakyRelu's alpha; Clip's min and max; Selu's alpha and gamma ...).  Follows oneDNN's post-op list (reference/000),
-limited for now to one eltwise op.
+The codes are plain ints so that ``nogil`` code can switch on them; each activation is a
+vector function in ``_activation_fp32.h``, each chain entry kind a loop of
+``_post_chain_fp32.h``.  ``p0`` / ``p1`` are an activation's scalar parameters (LeakyRelu's
+alpha; Clip's min and max; Selu's alpha and gamma ...).
+
+A fused node's op context lists its chain in ``op.post_ops`` as :class:`PostOpEntry` values,
+in order; an entry with an operand names it by its index in the node's inputs (the fusion
+pass appends the operand to them), and the kernel turns it into an address when it makes its
+step (``chain_args``).
 """
 
 import enum
+from dataclasses import dataclass
+
+MAX_POST_OPS = 32  # oneDNN's limit; PPL_MAX_POST_OPS in _post_chain_fp32.h
 
 
 class PostOp(enum.IntEnum):
@@ -51,3 +60,71 @@ class PostOp(enum.IntEnum):
     THRESHOLDED_RELU = 37  # y = x if x > p0 else 0 (NaN: 0, as the spec says)
     SHRINK = 38  # y = x + p0 if x < -p1 else x - p0 if x > p1 else 0 (NaN: 0)
     SWISH = 39  # y = x * sigmoid(p0 * x)
+
+
+class PostOpKind(enum.IntEnum):
+    ELTWISE = 0  # x = activation(x)
+    SUM = 1  # x = p0 * other + x, other a tensor of the output's shape and layout
+    BINARY = 2  # x = x (alg) operand
+    PRELU = 3  # x = x if x >= 0 else slope * x
+
+
+class BinaryAlg(enum.IntEnum):
+    ADD = 0
+    MUL = 1
+    MAX = 2
+    MIN = 3
+
+
+class Broadcast(enum.IntEnum):
+    """How an operand reaches the output: one value, one per channel (a conv's C axis, a
+    GEMM's or MatMul's last axis), or one per output element (same shape and layout)."""
+    SCALAR = 0
+    CHANNEL = 1
+    ELEMENT = 2
+
+
+@dataclass(frozen=True)
+class PostOpEntry:
+    """One post-op of a chain.  ``alg``: the PostOp code (eltwise) or BinaryAlg (binary);
+    ``operand``: the index in the fused node's inputs of the operand (sum, binary, prelu)."""
+    kind: PostOpKind
+    alg: int = 0
+    p0: float = 0.0
+    p1: float = 0.0
+    operand: int | None = None
+    broadcast: Broadcast = Broadcast.ELEMENT
+
+    def describe(self, names=None):
+        """A short readable form: ``relu``, ``clip(0, 6)``, ``sum(1 * r)``,
+        ``add(bias, channel)`` (names: the node's inputs, to name operands)."""
+        operand = None
+        if self.operand is not None:
+            operand = names[self.operand] if names is not None else f"input {self.operand}"
+        if self.kind is PostOpKind.ELTWISE:
+            name = PostOp(self.alg).name.lower()
+            return name if self.p0 == 0 and self.p1 == 0 else f"{name}({self.p0:g}, {self.p1:g})"
+        if self.kind is PostOpKind.SUM:
+            return f"sum({self.p0:g} * {operand})"
+        name = BinaryAlg(self.alg).name.lower() if self.kind is PostOpKind.BINARY else "prelu"
+        return f"{name}({operand}, {self.broadcast.name.lower()})"
+
+
+def eltwise(code, p0=0.0, p1=0.0):
+    """The chain entry of activation ``code``."""
+    return PostOpEntry(PostOpKind.ELTWISE, int(code), float(p0), float(p1))
+
+
+def chain_args(post_ops, inputs, held=None):
+    """The (kind, alg, p0, p1, address, broadcast) entries of ``post_ops`` for make_*_step:
+    operand addresses from the step's input slots (``held``: input index -> an array the
+    kernel keeps instead, for a constant operand)."""
+    entries = []
+    for e in post_ops:
+        address = 0
+        if e.operand is not None:
+            array = (held or {}).get(e.operand)
+            address = array.ctypes.data if array is not None else inputs[e.operand].address
+        entries.append((int(e.kind), int(e.alg), float(e.p0), float(e.p1), address,
+                        int(e.broadcast)))
+    return entries

@@ -1,92 +1,88 @@
-"""Post-ops as ONNX attributes: how a saved optimised model writes the post-ops fused into a
-Conv / Gemm / MatMul / MatMulBias epilogue, and how pplpy reads them back.
+"""Post-ops as ONNX attributes: how a saved optimised model writes the post-op chain fused
+into a Conv / Gemm / MatMul / MatMulBias epilogue, and how pplpy reads it back.
 
-A fused node carries two attributes:
+A fused node carries, one entry per post-op in the order they apply:
 
-    post_ops        STRINGS  one name per post-op, in the order they apply ("relu", "clip")
-    post_op_params  FLOATS   the float parameters of every post-op, concatenated in order
+    post_ops            STRINGS  names: an activation ("relu", "clip"), "sum", "prelu",
+                                 "binary_add", "binary_mul", "binary_max", "binary_min"
+    post_op_params      FLOATS   p0, p1 of every post-op (two each)
+    post_op_operands    INTS     the node input an entry reads (sum, binary, prelu), or -1
+    post_op_broadcasts  INTS     how that operand broadcasts (post_ops.Broadcast)
 
-Each kind of post-op is one row of ``KINDS``: which post-ops it covers (``covers``), how
-one is written (``write`` -> (name, floats)) and read back (``read``), the names it reads
-and how many floats each takes.  Today every post-op is an element-wise activation
-``(PostOp code, p0, p1)``; a new kind (an operand input added in the epilogue, say) is a new
-row: its ``write`` may also name the extra input it reads (written as a node input and
-listed in a ``post_op_inputs`` INTS attribute by the kind that needs it).
+The operands are ordinary inputs of the node (the fusion pass appended them), so the file
+keeps the data flow Netron shows.
 """
 
-from dataclasses import dataclass
-
-from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.engines.x86.impls.post_ops import BinaryAlg, Broadcast, PostOp, PostOpEntry, \
+    PostOpKind
 from pplpy.errors import ModelError, PplError
 
 POST_OPS = "post_ops"
 POST_OP_PARAMS = "post_op_params"
-ATTRIBUTE_NAMES = (POST_OPS, POST_OP_PARAMS)
+POST_OP_OPERANDS = "post_op_operands"
+POST_OP_BROADCASTS = "post_op_broadcasts"
+ATTRIBUTE_NAMES = (POST_OPS, POST_OP_PARAMS, POST_OP_OPERANDS, POST_OP_BROADCASTS)
+
+# name -> (kind, alg) for the entries that are not activations.
+_OTHER = {"sum": (PostOpKind.SUM, 0), "prelu": (PostOpKind.PRELU, 0),
+          **{f"binary_{a.name.lower()}": (PostOpKind.BINARY, int(a)) for a in BinaryAlg}}
+_ACTIVATIONS = {c.name.lower(): c for c in PostOp if c is not PostOp.NONE}
 
 
-@dataclass(frozen=True)
-class PostOpKind:
-    covers: object  # post_op -> bool: whether this kind writes it
-    write: object  # post_op -> (name, tuple of floats)
-    read: object  # (name, tuple of floats) -> post_op
-    names: frozenset  # the names this kind reads
-    floats: int  # floats per post-op of this kind
-
-
-def _is_eltwise(post):
-    return isinstance(post, tuple) and len(post) == 3 and isinstance(post[0], int)
-
-
-def _write_eltwise(post):
-    code, p0, p1 = post
-    return PostOp(int(code)).name.lower(), (float(p0), float(p1))
-
-
-def _read_eltwise(name, floats):
-    return (PostOp[name.upper()], float(floats[0]), float(floats[1]))
-
-
-KINDS = (
-    PostOpKind(_is_eltwise, _write_eltwise, _read_eltwise,
-               frozenset(c.name.lower() for c in PostOp if c is not PostOp.NONE), 2),
-)
+def _name(entry):
+    if entry.kind is PostOpKind.ELTWISE:
+        return PostOp(entry.alg).name.lower()
+    return next(n for n, (k, a) in _OTHER.items() if k is entry.kind and a == entry.alg)
 
 
 def post_op_attributes(post_ops, where):
-    """{attribute name: value} for ``post_ops`` (empty when there are none); a post-op no
-    kind covers is a PplError naming ``where`` (the node)."""
-    names, floats = [], []
-    for post in post_ops:
-        kind = next((k for k in KINDS if k.covers(post)), None)
-        if kind is None:
-            raise PplError(f"{where}: post-op {post!r} cannot be written as ONNX attributes "
-                           f"(pplpy.engines.x86.ops.post_op_attributes has no kind for it)")
-        name, params = kind.write(post)
-        names.append(name)
-        floats.extend(params)
-    return {POST_OPS: names, POST_OP_PARAMS: floats} if names else {}
+    """{attribute name: value} for ``post_ops`` (PostOpEntry; empty when there are none); a
+    post-op of another form is a PplError naming ``where`` (the node)."""
+    if not post_ops:
+        return {}
+    if not all(isinstance(e, PostOpEntry) for e in post_ops):
+        raise PplError(f"{where}: post-ops {post_ops!r} cannot be written as ONNX attributes")
+    return {POST_OPS: [_name(e) for e in post_ops],
+            POST_OP_PARAMS: [float(v) for e in post_ops for v in (e.p0, e.p1)],
+            POST_OP_OPERANDS: [-1 if e.operand is None else int(e.operand) for e in post_ops],
+            POST_OP_BROADCASTS: [int(e.broadcast) for e in post_ops]}
 
 
 def read_post_ops(values, where):
     """The post-ops of a node from its attribute values (``registry.attribute_values``);
-    () when it has none.  ModelError naming ``where`` for an unknown name or a wrong number
-    of floats."""
+    () when it has none.  ModelError naming ``where`` for an unknown name or lists of the
+    wrong length."""
     names = values.get(POST_OPS, ())
-    floats = tuple(float(v) for v in values.get(POST_OP_PARAMS, ()))
     if isinstance(names, str):
         names = (names,)
-    posts, used = [], 0
-    for name in names:
-        kind = next((k for k in KINDS if name in k.names), None)
-        if kind is None:
+    n = len(names)
+    floats = tuple(float(v) for v in values.get(POST_OP_PARAMS, ()))
+    operands = tuple(int(v) for v in values.get(POST_OP_OPERANDS, (-1,) * n))
+    broadcasts = tuple(int(v) for v in values.get(POST_OP_BROADCASTS,
+                                                  (int(Broadcast.ELEMENT),) * n))
+    if len(floats) != 2 * n or len(operands) != n or len(broadcasts) != n:
+        raise ModelError(f"{where}: {n} post-op(s) {list(names)} need {2 * n} "
+                         f"{POST_OP_PARAMS} and {n} {POST_OP_OPERANDS} / "
+                         f"{POST_OP_BROADCASTS}; got {len(floats)}, {len(operands)}, "
+                         f"{len(broadcasts)}")
+    posts = []
+    for k, name in enumerate(names):
+        if name in _ACTIVATIONS:
+            kind, alg = PostOpKind.ELTWISE, int(_ACTIVATIONS[name])
+        elif name in _OTHER:
+            kind, alg = _OTHER[name]
+        else:
             raise ModelError(f"{where}: unknown post-op {name!r} (known: "
-                             f"{', '.join(sorted(n for k in KINDS for n in k.names))})")
-        if used + kind.floats > len(floats):
-            raise ModelError(f"{where}: {POST_OP_PARAMS} has {len(floats)} values, too few "
-                             f"for post-ops {list(names)}")
-        posts.append(kind.read(name, floats[used:used + kind.floats]))
-        used += kind.floats
-    if used != len(floats):
-        raise ModelError(f"{where}: {POST_OP_PARAMS} has {len(floats)} values; post-ops "
-                         f"{list(names)} take {used}")
+                             f"{', '.join(sorted([*_ACTIVATIONS, *_OTHER]))})")
+        operand = operands[k]
+        if (kind is PostOpKind.ELTWISE) != (operand < 0):
+            raise ModelError(f"{where}: post-op {name!r} {'takes no' if operand >= 0 else 'needs an'}"
+                             f" operand input")
+        try:
+            broadcast = Broadcast(broadcasts[k])
+        except ValueError:
+            raise ModelError(f"{where}: post-op {name!r}: broadcast {broadcasts[k]} is not "
+                             f"one of {[int(b) for b in Broadcast]}") from None
+        posts.append(PostOpEntry(kind, alg, floats[2 * k], floats[2 * k + 1],
+                                 None if operand < 0 else operand, broadcast))
     return tuple(posts)

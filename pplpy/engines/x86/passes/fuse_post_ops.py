@@ -1,12 +1,30 @@
-"""Fusion into post-ops: an activation that is the only reader of a Conv's or Gemm's output
-runs inside that kernel's epilogue, while the tile is still in registers (oneDNN's eltwise
-post-op, reference/000), instead of as a separate pass over memory.
+"""Fusion into post-op chains: the element-wise nodes that follow a Conv, Gemm, MatMul or
+pplpy::MatMulBias run inside that kernel's epilogue, while the output tile is still in
+registers or L1 (oneDNN's post-ops, reference/000), instead of as passes over memory.
 
-Guarantees to the next pass: a fused producer's op context lists its post-ops in
-``op.post_ops`` as ``(PostOp code, p0, p1)`` and writes the activation's output value; the
-activation node is gone.  Runs after reorder insertion, so formats already agree (an
-element-wise activation keeps its input's format).  ``X86Engine(fusion=False)`` (``pplnn
---disable-fusion``) skips it.
+What joins a producer's chain, in order, up to MAX_POST_OPS entries, each time the
+producer's output has that node as its single reader (not a graph output) in the same
+format and float32:
+
+- an activation (a row of ops/onnx/elementwise.py's table; Clip with constant bounds):
+  an eltwise entry;
+- Add, Mul, Max or Min of the output and another value, in either order, whose broadcast
+  to the output is per tensor (one value), per channel (Conv: axis 1; Gemm / MatMul: the
+  last axis) or per element (the output's own shape, and its format: N16CX for a conv):
+  a binary entry, or for Add per element the sum entry (ResNet's residual Add, so that
+  Conv -> Add(other branch) -> Relu becomes Conv with post-ops [sum, relu]);
+- PRelu of the output, its slope broadcast as above: a prelu entry.
+
+Operands are other values of the graph (or constants), read by the kernel at run time: each
+is appended to the producer's inputs (after its optional inputs, padded with ""), so the
+order of nodes and the memory plan keep it alive and computed before the producer runs; the
+nodes are then sorted again.  No cycle can appear: the operand is an input of the fused
+node, which read the producer's output only through it.
+
+Guarantees to the next pass: a fused producer's op context lists its chain in
+``op.post_ops`` (post_ops.PostOpEntry, operands by input index) and writes the last fused
+node's output value; the fused nodes are gone.  Runs after reorder insertion, so formats
+already agree.  ``X86Engine(fusion=False)`` (``pplnn --disable-fusion``) skips it.
 """
 
 import math
@@ -15,18 +33,28 @@ import numpy as np
 
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
+from pplpy.engines.x86.impls.post_ops import (MAX_POST_OPS, BinaryAlg, Broadcast,
+                                              PostOpEntry, PostOpKind, eltwise)
 
+# Producer -> (inputs before the operands, axis of channels in the output: 1 or -1).
 # MatMul: every shape (batched, 1-D operands) runs on the gemm step, whose epilogue applies
-# the post-op to each batch entry.
-# The pplpy-domain Conv/Gemm/MatMul are the same ops read back from a saved optimised model
-# (ops/pplpy/standard_twins.py).
-FUSING_PRODUCERS = {("", "Conv"), ("", "Gemm"), ("", "MatMul"), ("pplpy", "MatMulBias"),
-                    ("pplpy", "Conv"), ("pplpy", "Gemm"), ("pplpy", "MatMul")}
-MAX_POST_OPS = 1  # the conv and gemm epilogues apply one eltwise post-op today
+# the chain to each batch entry.
+FUSING_PRODUCERS = {
+    ("", "Conv"): (3, 1),
+    ("", "Gemm"): (3, -1),
+    ("", "MatMul"): (2, -1),
+    ("pplpy", "MatMulBias"): (3, -1),
+    # The same ops read back from a saved optimised model (ops/pplpy/standard_twins.py).
+    ("pplpy", "Conv"): (3, 1),
+    ("pplpy", "Gemm"): (3, -1),
+    ("pplpy", "MatMul"): (2, -1),
+}
+BINARY_OPS = {("", "Add"): BinaryAlg.ADD, ("", "Mul"): BinaryAlg.MUL,
+              ("", "Max"): BinaryAlg.MAX, ("", "Min"): BinaryAlg.MIN}
 
 
 def activation_post_op(graph, node, op):
-    """The (code, p0, p1) of an activation node from its row of the activation table
+    """The eltwise entry of an activation node from its row of the activation table
     (``op.activation``, ops/onnx/elementwise.py), or None when it is not fusable."""
     row = getattr(op, "activation", None)
     if node.domain != "" or row is None:
@@ -36,7 +64,7 @@ def activation_post_op(graph, node, op):
             p0, p1 = row.params(node.param)
         except ValueError:
             return None
-        return (row.code, float(p0), float(p1))
+        return eltwise(row.code, p0, p1)
     # Clip-11: min and max are inputs; fusable when they are constants.
     bounds = []
     for index in (1, 2):
@@ -53,12 +81,85 @@ def activation_post_op(graph, node, op):
     hi = math.inf if hi is None else hi
     if math.isnan(lo) or math.isnan(hi):
         return None
-    return (row.code, lo, hi)
+    return eltwise(row.code, lo, hi)
+
+
+def operand_broadcast(graph, producer, out, other):
+    """How value ``other`` broadcasts to the producer's output ``out``: a Broadcast, or None
+    when it does not fit a post-op (another broadcast, unknown dims, another format or
+    type)."""
+    o_rec, v_rec = graph.values[out], graph.values[other]
+    if v_rec.dtype is not DataType.FLOAT32 or o_rec.dims is None or v_rec.dims is None:
+        return None
+    out_dims, dims = tuple(o_rec.dims), tuple(v_rec.dims)
+    if len(dims) > len(out_dims):
+        return None
+    plain = v_rec.format in (None, DataFormat.NDARRAY)
+    if dims == out_dims and v_rec.format is o_rec.format or (
+            plain and o_rec.format is DataFormat.NDARRAY and dims
+            == out_dims[len(out_dims) - len(dims):] and all(
+                isinstance(d, int) for d in out_dims[:len(out_dims) - len(dims)])
+            and math.prod(out_dims[:len(out_dims) - len(dims)]) == 1):
+        # The output's own shape (leading 1s aside, in NDARRAY): the same layout.
+        return Broadcast.ELEMENT
+    if not plain or not all(isinstance(d, int) for d in dims):
+        return None
+    if math.prod(dims) == 1:
+        return Broadcast.SCALAR
+    _, axis = FUSING_PRODUCERS[producer.key]
+    axis %= len(out_dims)
+    if producer.key == ("", "MatMul") and len(graph.values[producer.inputs[1]].dims or ()) < 2:
+        return None  # B is a vector: the output's last axis is not the gemm's columns
+    padded = (1,) * (len(out_dims) - len(dims)) + dims
+    channels = out_dims[axis]
+    if (isinstance(channels, int) and padded[axis] == channels
+            and all(d == 1 for i, d in enumerate(padded) if i != axis)):
+        return Broadcast.CHANNEL
+    return None
+
+
+def reader_post_op(graph, producer, out, reader, index, op):
+    """(entry, operand value name or None) for the single reader of ``out``, or None."""
+    if index == 0:
+        entry = activation_post_op(graph, reader, op)
+        if entry is not None:
+            if (graph.values[out].format is DataFormat.N16CX
+                    and not op.activation.keeps_padding):
+                return None  # f(0) is not finite: the epilogue would poison the padding lanes
+            return entry, None
+    if reader.key in BINARY_OPS and len(reader.inputs) == 2:
+        other = reader.inputs[1 - index]
+        kind, alg = PostOpKind.BINARY, BINARY_OPS[reader.key]
+    elif reader.key == ("", "PRelu") and index == 0 and len(reader.inputs) == 2:
+        other, kind, alg = reader.inputs[1], PostOpKind.PRELU, 0
+    else:
+        return None
+    if not other or other == out:
+        return None
+    if graph.values[reader.outputs[0]].dims != graph.values[out].dims:
+        return None  # the operand would widen the output
+    broadcast = operand_broadcast(graph, producer, out, other)
+    if broadcast is None:
+        return None
+    if kind is PostOpKind.BINARY and alg is BinaryAlg.ADD and broadcast is Broadcast.ELEMENT:
+        return PostOpEntry(PostOpKind.SUM, 0, 1.0), other  # the residual Add
+    return PostOpEntry(kind, int(alg), broadcast=broadcast), other
+
+
+def _append_operand(graph, node, name):
+    """Add value ``name`` as the last input of ``node``, after its optional inputs; returns
+    its index."""
+    fixed, _ = FUSING_PRODUCERS[node.key]
+    while len(node.inputs) < fixed:
+        graph.append_input(node, "")
+    graph.append_input(node, name)
+    return len(node.inputs) - 1
 
 
 def fuse_post_ops(graph, ops):
-    """Fold activations into their Conv/Gemm producers; returns the number fused."""
+    """Fold element-wise readers into Conv/Gemm/MatMul chains; returns the number fused."""
     fused = 0
+    operands_added = False
     for node in graph.nodes:
         if node not in graph or node.key not in FUSING_PRODUCERS or len(node.outputs) != 1:
             continue
@@ -67,23 +168,29 @@ def fuse_post_ops(graph, ops):
             readers = graph.uses(out)
             if len(readers) != 1 or graph.is_graph_output(out):
                 break
-            activation, index = readers[0]
-            post = activation_post_op(graph, activation, ops.get(activation))
+            reader, index = readers[0]
             op = ops[node]
             post_ops = list(getattr(op, "post_ops", ()))
-            if post is None or index != 0 or len(post_ops) >= MAX_POST_OPS:
+            if len(post_ops) >= MAX_POST_OPS or len(reader.outputs) != 1:
                 break
-            if graph.values[activation.outputs[0]].format is not graph.values[out].format:
+            if graph.values[reader.outputs[0]].format is not graph.values[out].format:
                 break
-            if (graph.values[out].format is DataFormat.N16CX
-                    and not ops[activation].activation.keeps_padding):
-                break  # f(0) is not finite: the epilogue would poison the padding lanes
             if graph.values[out].dtype is not DataType.FLOAT32:
-                break  # an integer MatMul: the epilogue's activations are float32
-            result = activation.outputs[0]
-            graph.remove_node(activation)
+                break  # an integer MatMul: the epilogue's post-ops are float32
+            found = reader_post_op(graph, node, out, reader, index, ops.get(reader))
+            if found is None:
+                break
+            entry, other = found
+            result = reader.outputs[0]
+            graph.remove_node(reader)
             graph.set_output(node, 0, result)
-            op.post_ops = post_ops + [post]
-            del ops[activation]
+            if other is not None:
+                entry = PostOpEntry(entry.kind, entry.alg, entry.p0, entry.p1,
+                                    _append_operand(graph, node, other), entry.broadcast)
+                operands_added = True
+            op.post_ops = post_ops + [entry]
+            del ops[reader]
             fused += 1
+    if operands_added:  # an operand's producer may come after the node it now feeds
+        graph.topological_sort()
     return fused

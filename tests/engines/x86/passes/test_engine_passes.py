@@ -6,7 +6,7 @@ from onnx.reference import ReferenceEvaluator
 
 import pplpy
 from pplpy.common.data_format import DataFormat
-from pplpy.engines.x86.impls.post_ops import PostOp
+from pplpy.engines.x86.impls.post_ops import PostOp, eltwise
 from pplpy.engines.x86.pipeline import OPTIMIZER_PREFIX, PASS_NAMES
 from pplpy.models.onnx import load_model
 from pplpy.optimizer import PassManager
@@ -88,13 +88,11 @@ def test_fusion_folds_single_reader_activations_only(save_model):
               {"w": W, "w2": W + 1, "lo": np.float32(0), "hi": np.float32(6)})
     result, snapshots = build(save_model, m)
     convs = [n for n in result.graph.nodes if n.op_type == "Conv"]
-    post_ops = {n.outputs[0]: result.ops[n].__dict__.get("post_ops") for n in convs}
-    assert post_ops["c"] == [(PostOp.CLIP, 0.0, 6.0)]
-    assert not post_ops["b"]
-    # The Relu stays a node of its own: here it heads the chain Relu -> Add -> Add.
-    chain = [n for n in result.graph.nodes if n.op_type == "EltwiseChain"]
-    assert [n.op_type for n in result.graph.nodes].count("Relu") + len(chain) == 1
-    assert not chain or chain[0].param.entries[0].op_type == "Relu"
+    post_ops = {n.inputs[1]: result.ops[n].__dict__.get("post_ops") for n in convs}
+    # a's chain goes on past the Clip (the residual Adds), b's stays empty
+    assert post_ops["w"][0] == eltwise(PostOp.CLIP, 0.0, 6.0)
+    assert not post_ops["w2"]
+    assert [n.op_type for n in result.graph.nodes].count("Relu") == 1
     assert "Clip" in [t for t, _, _ in snapshots["select_formats"][0].values()]
     off, _ = build(save_model, m, fusion=False)
     assert [n.op_type for n in off.graph.nodes].count("Clip") == 1
@@ -139,7 +137,7 @@ def test_matmul_takes_activations_as_post_ops(save_model, isa):
         result, _ = build(save_model, m)
         (mm,) = result.graph.nodes
         assert mm.op_type == "MatMul"
-        assert result.ops[mm].post_ops == [(PostOp.LEAKY_RELU, 0.5, 0.0)]
+        assert result.ops[mm].post_ops == [eltwise(PostOp.LEAKY_RELU, 0.5, 0.0)]
         path = save_model(m)
         feeds = {"x": RNG.standard_normal(a_dims).astype(np.float32)}
         if not b_const:
@@ -164,7 +162,7 @@ def test_batchnorm_folds_before_formats_and_relu_then_fuses(save_model):
     result, snapshots = build(save_model, m)
     assert sorted(t for t, _, _ in snapshots["graph_rewrites"][0].values()) == ["Conv", "Relu"]
     (conv,) = [n for n in result.graph.nodes if n.op_type == "Conv"]
-    assert result.ops[conv].post_ops == [(PostOp.RELU, 0.0, 0.0)]
+    assert result.ops[conv].post_ops == [eltwise(PostOp.RELU, 0.0, 0.0)]
     off, _ = build(save_model, m, fusion=False)
     assert sorted(n.op_type for n in off.graph.nodes if n.op_type != "Reorder") == [
         "BatchNormalization", "Conv", "Relu"]

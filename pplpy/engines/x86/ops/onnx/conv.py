@@ -26,8 +26,8 @@ import os
 import numpy as np
 
 from pplpy.common.data_format import DataFormat
-from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.engines.x86.ops.declare import op
+from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.errors import PplError
 from pplpy.params.onnx import ConvParam
 from pplpy.engines.x86.ops.kernel import X86Kernel
@@ -101,11 +101,11 @@ class ConvKernel(X86Kernel):
         self.packed_data = self.packed_w["data"] if self.packed_w is not None else None
         b = op.constant(2) if op.input_present(2) else None
         self.bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None else None
-        # The packed weight and the bias copy replace the raw constants.
+        self.post_chain = PostChain(op)  # set by the fusion pass
+        # The packed weight, the bias copy and constant post-op operands replace the raw
+        # constants.
         self.packed_inputs = tuple(i for i, v in ((1, self.packed_w), (2, self.bias))
-                                   if v is not None)
-        post_ops = getattr(op, "post_ops", ())  # set by the fusion pass
-        self.post_op, self.p0, self.p1 = post_ops[0] if post_ops else (PostOp.NONE, 0.0, 0.0)
+                                   if v is not None) + self.post_chain.packed_inputs
 
     def pack(self, w):
         w = np.ascontiguousarray(w, np.float32)
@@ -129,7 +129,7 @@ class ConvKernel(X86Kernel):
         in_hw = _as_2d(dims, dims[2:], 1)
         out_hw = _as_2d(dims, y_dims[2:], 1)
         keep = [x.array, y.array]
-        kwargs = {}
+        kwargs = {"post_chain": self.post_chain.step_chain(io, w_dims[0], keep)}
         if self.packed_w is not None:
             kwargs["packed_w"] = self.packed_w
         else:  # a weight computed at run time: the step packs it (1-D: (OC, IC/g, 1, KW))
@@ -143,12 +143,12 @@ class ConvKernel(X86Kernel):
         if self.algorithm == "winograd_f4x3":
             return self.impl("winograd_fp32").make_winograd_conv_step(
                 x.address, y.address, dims[0], dims[1], w_dims[0], in_hw[0], in_hw[1],
-                out_hw[0], out_hw[1], pads[0], pads[1], int(self.post_op), self.p0, self.p1,
+                out_hw[0], out_hw[1], pads[0], pads[1], 0, 0.0, 0.0,
                 io.num_threads, keep=tuple(keep), **kwargs)
         return self.impl("conv_fp32").make_conv2d_n16cx_step(
             x.address, y.address, dims[0], dims[1], w_dims[0], int(p.group), in_hw[0],
             in_hw[1], out_hw[0], out_hw[1], kernel[0], kernel[1], strides[0], strides[1],
-            pads[0], pads[1], dilations[0], dilations[1], int(self.post_op), self.p0, self.p1,
+            pads[0], pads[1], dilations[0], dilations[1], 0, 0.0, 0.0,
             io.num_threads, keep=tuple(keep), **kwargs)
 
 

@@ -3,23 +3,18 @@
 A constant B is packed once when the kernel is created (shared by every runtime, the raw B
 dropped; a batched B every entry, once); a B computed at run time is packed inside the step,
 each panel group by the work item that uses it.  An activation fused into a Gemm or MatMul
-(post_ops) runs in the epilogue.
+or a chain of post-ops (post_ops: activations, a residual sum, binary ops with another
+tensor) runs in the epilogue; per-channel operands are per column (the last axis).
 """
 
 import numpy as np
 
-from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.engines.x86.ops.declare import op
+from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.params.onnx import GemmParam
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.oputils.onnx.shape_functions import broadcast_shapes, matmul_shape
-
-
-def _post_op(op):
-    """(code, p0, p1) of the activation the fusion pass folded into ``op``, if any."""
-    post_ops = getattr(op, "post_ops", ())
-    return post_ops[0] if post_ops else (PostOp.NONE, 0.0, 0.0)
 
 
 class GemmKernel(X86Kernel):
@@ -34,9 +29,9 @@ class GemmKernel(X86Kernel):
                 np.ascontiguousarray(b, np.float32), bool(self.param.transB))
         c = op.constant(2) if op.input_present(2) else None
         self.c = np.ascontiguousarray(c, np.float32) if c is not None else None
+        self.post_chain = PostChain(op)
         self.packed_inputs = tuple(i for i, v in ((1, self.packed_b), (2, self.c))
-                                   if v is not None)
-        self.post_op, self.p0, self.p1 = _post_op(op)
+                                   if v is not None) + self.post_chain.packed_inputs
 
     def make_step(self, io):
         if not self.has_work(io):
@@ -48,7 +43,7 @@ class GemmKernel(X86Kernel):
         k = a.shape.dims[0] if p.transA else a.shape.dims[1]
         keep = [a.array, out.array]
         kwargs = {"trans_a": bool(p.transA), "alpha": float(p.alpha),
-                  "post_op": int(self.post_op), "p0": float(self.p0), "p1": float(self.p1)}
+                  "post_chain": self.post_chain.step_chain(io, n, keep)}
         if self.packed_b is not None:
             b_address = self.packed_b.ctypes.data
             keep.append(self.packed_b)
@@ -93,8 +88,9 @@ class MatMulKernel(X86Kernel):
             entries = b2.reshape((-1,) + b2.shape[-2:])
             if len(entries):  # (no entries: every output is empty, no step is made)
                 self.packed_b = np.stack([impl.gemm_pack_b(e, False) for e in entries])
-                self.packed_inputs = (1,)
-        self.post_op, self.p0, self.p1 = _post_op(op)
+        self.post_chain = PostChain(op)
+        self.packed_inputs = ((1,) if self.packed_b is not None else ()) + \
+            self.post_chain.packed_inputs
 
     def make_step(self, io):
         if not self.has_work(io):
@@ -105,7 +101,7 @@ class MatMulKernel(X86Kernel):
         b2 = b_dims + (1,) if len(b_dims) == 1 else b_dims
         m, k, n = a2[-2], b2[-2], b2[-1]
         keep = [a.array, out.array]
-        kwargs = {"post_op": int(self.post_op), "p0": float(self.p0), "p1": float(self.p1)}
+        kwargs = {"post_chain": self.post_chain.step_chain(io, n, keep)}
         if self.packed_b is not None:
             b_address = self.packed_b.ctypes.data
             entry = self.packed_b[0].size

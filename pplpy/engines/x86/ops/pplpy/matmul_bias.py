@@ -14,6 +14,7 @@ import numpy as np
 
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
+from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.engines.x86.ops.pplpy.standard_twins import ParamFromFusedParam, parse_post_ops_only
 from pplpy.oputils.onnx.shape_functions import matmul_shape
@@ -26,9 +27,8 @@ class MatMulBiasKernel(X86Kernel):
         self.packed_b = impl.gemm_pack_b(np.ascontiguousarray(op.constant(1), np.float32),
                                          False)
         self.bias = np.ascontiguousarray(op.constant(2).reshape(-1), np.float32)
-        self.packed_inputs = (1, 2)
-        post_ops = getattr(op, "post_ops", ())
-        self.post_op = post_ops[0] if post_ops else (0, 0.0, 0.0)
+        self.post_chain = PostChain(op)
+        self.packed_inputs = (1, 2) + self.post_chain.packed_inputs
 
     def make_step(self, io):
         if not self.has_work(io):
@@ -36,11 +36,11 @@ class MatMulBiasKernel(X86Kernel):
         a, out = io.inputs[0], io.outputs[0]
         dims = tuple(a.shape.dims)
         m, k, n = math.prod(dims[:-1]), dims[-1], self.bias.size
-        code, p0, p1 = self.post_op
+        keep = [a.array, out.array, self.packed_b, self.bias]
+        post_chain = self.post_chain.step_chain(io, n, keep)
         return self.impl("gemm_fp32").make_gemm_step(
             a.address, self.packed_b.ctypes.data, out.address, m, k, n, io.num_threads,
-            bias=self.bias, post_op=int(code), p0=float(p0), p1=float(p1),
-            keep=(a.array, out.array, self.packed_b, self.bias))
+            bias=self.bias, post_chain=post_chain, keep=tuple(keep))
 
 
 @op("pplpy", "MatMulBias", since=1, parse=parse_post_ops_only)

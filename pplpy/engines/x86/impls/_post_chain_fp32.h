@@ -1,0 +1,172 @@
+/* Post-op chains (oneDNN's post-ops, reference/000): what a GEMM or convolution applies to its
+ * output tile after the product, in order, up to PPL_MAX_POST_OPS entries.
+ *
+ *   eltwise  x = f(x)                      f an activation code of _activation_fp32.h
+ *   sum      x = p0 * other + x            other a tensor of the output's shape and layout
+ *   binary   x = x (+ * max min) operand   operand per tensor, per channel or per element
+ *   prelu    x = x < 0 ? slope * x : x     slope per tensor, per channel or per element
+ *
+ * A chain is plain data (a struct array) that nogil code walks.  Operands are other values of
+ * the graph, read at run time by address:
+ *   per tensor   src[0]
+ *   per channel  src[ch] for output channel ch < nchan (the conv's C axis, the GEMM's
+ *                column); channels past nchan (N16CX padding lanes) read 0
+ *   per element  src + (position - dst): laid out like the output itself (N16CX for an
+ *                N16CX output), so the offset of an output float is the operand's offset.
+ *
+ * ppl_post_chain_tile applies entries [first, len) to a tile already stored in the output
+ * (still in L1): entry by entry, each with its own loop in which the entry's kind, algorithm
+ * and broadcast are constants, so that an activation's constants stay in registers across
+ * the whole tile and no switch is left inside a loop.  The brgemm epilogue applies the cheap
+ * prefix of a chain (a sum, then relu / leaky relu / clip) on the accumulators themselves and
+ * leaves the rest to this function (see _brgemm_fp32.h).
+ *
+ * The including file defines PPL_VLEN and includes _activation_fp32.h first.
+ */
+#ifndef PPL_POST_CHAIN_FP32_H
+#define PPL_POST_CHAIN_FP32_H
+
+#ifndef PPL_ACTIVATION_FP32_H
+#error "include _activation_fp32.h before _post_chain_fp32.h"
+#endif
+
+#define PPL_MAX_POST_OPS 32
+
+/* Must match post_ops.py (PostOpKind, BinaryAlg, Broadcast); a test checks. */
+enum { PPL_PO_ELTWISE = 0, PPL_PO_SUM = 1, PPL_PO_BINARY = 2, PPL_PO_PRELU = 3 };
+enum { PPL_BIN_ADD = 0, PPL_BIN_MUL = 1, PPL_BIN_MAX = 2, PPL_BIN_MIN = 3 };
+enum { PPL_BC_SCALAR = 0, PPL_BC_CHANNEL = 1, PPL_BC_ELEMENT = 2 };
+
+typedef struct {
+    int kind;          /* PPL_PO_* */
+    int alg;           /* eltwise: activation code; binary: PPL_BIN_* */
+    int bcast;         /* PPL_BC_* of src (sum: element) */
+    float p0, p1;      /* eltwise parameters; sum: p0 is the scale */
+    const float *src;  /* the operand (NULL for eltwise) */
+} ppl_post_op;
+
+typedef struct ppl_post_chain_s {
+    int len;
+    ptrdiff_t nchan;     /* channels of per-channel operands */
+    const float *dst;    /* the output's first float: per-element operands at src + (p - dst) */
+    ppl_post_op ops[PPL_MAX_POST_OPS];
+} ppl_post_chain;
+
+#define PPL_PC_INLINE static inline __attribute__((always_inline))
+
+/* The operand vector of output floats [off, off + nv) at channel ch. */
+PPL_PC_INLINE ppl_vf ppl_chain_operand(const int bcast, const float *src, ptrdiff_t eoff,
+                                       ptrdiff_t ch, ptrdiff_t nchan, ptrdiff_t nv,
+                                       ppl_vf scalar) {
+    if (bcast == PPL_BC_SCALAR) return scalar;
+    if (bcast == PPL_BC_CHANNEL) {
+        ptrdiff_t cnt = nchan - ch;
+        if (cnt > nv) cnt = nv;
+        if (cnt >= PPL_VLEN) return ppl_act_load(src + ch);
+        return cnt > 0 ? ppl_act_load_partial(src + ch, cnt) : ppl_act_splat(0.0f);
+    }
+    return nv == PPL_VLEN ? ppl_act_load(src + eoff) : ppl_act_load_partial(src + eoff, nv);
+}
+
+/* One vector through one entry; kind and alg are constants after inlining. */
+PPL_PC_INLINE ppl_vf ppl_chain_apply(const int kind, const int alg, ppl_vf x, ppl_vf o,
+                                     float p0, float p1) {
+    switch (kind) {
+    case PPL_PO_ELTWISE: return ppl_activation_inline(x, alg, p0, p1);
+    case PPL_PO_SUM: return ppl_act_splat(p0) * o + x;
+    case PPL_PO_PRELU: return ppl_act_select(x < ppl_act_splat(0.0f), x * o, x);
+    default: break;
+    }
+    switch (alg) {
+    case PPL_BIN_ADD: return x + o;
+    case PPL_BIN_MUL: return x * o;
+    /* numpy.maximum / minimum: a NaN on either side gives NaN */
+    case PPL_BIN_MAX:
+        return ppl_act_select(o != o, o, ppl_act_select(x < o, o, x));
+    default:
+        return ppl_act_select(o != o, o, ppl_act_select(x > o, o, x));
+    }
+}
+
+/* Entry e over the M x n_valid tile at c: row r at c + r * ldc, column j at
+ * (j / 16) * cbs + j % 16 (cbs 16: plain rows), tile column 0 is channel col0, and c sits
+ * at offset base of the output. */
+PPL_PC_INLINE void ppl_chain_entry_tile(const int kind, const int alg, const int bcast,
+                                        const ppl_post_op *e, ptrdiff_t nchan, float *c,
+                                        ptrdiff_t base, ptrdiff_t ldc, ptrdiff_t cbs,
+                                        ptrdiff_t M, ptrdiff_t n_valid, ptrdiff_t col0) {
+    const float p0 = e->p0, p1 = e->p1;
+    const ppl_vf scalar = (kind != PPL_PO_ELTWISE && bcast == PPL_BC_SCALAR)
+                              ? ppl_act_splat(e->src[0]) : ppl_act_splat(0.0f);
+    for (ptrdiff_t r = 0; r < M; r++) {
+        for (ptrdiff_t j0 = 0; j0 < n_valid; j0 += PPL_VLEN) {
+            const ptrdiff_t nv = n_valid - j0 < PPL_VLEN ? n_valid - j0 : PPL_VLEN;
+            const ptrdiff_t off = r * ldc + (j0 / 16) * cbs + j0 % 16;
+            float *p = c + off;
+            ppl_vf x = nv == PPL_VLEN ? ppl_act_load(p) : ppl_act_load_partial(p, nv);
+            ppl_vf o = ppl_act_splat(0.0f);
+            if (kind != PPL_PO_ELTWISE)
+                o = ppl_chain_operand(bcast, e->src, base + off, col0 + j0, nchan, nv, scalar);
+            x = ppl_chain_apply(kind, alg, x, o, p0, p1);
+            if (nv == PPL_VLEN)
+                ppl_act_store(p, x);
+            else
+                ppl_act_store_partial(p, x, nv);
+        }
+    }
+}
+
+#define PPL_PC_TILE(kind, alg, bcast) \
+    ppl_chain_entry_tile(kind, alg, bcast, e, ch->nchan, c, base, ldc, cbs, M, n_valid, col0)
+#define PPL_PC_ACT(name) \
+    case PPL_ACT_##name: PPL_PC_TILE(PPL_PO_ELTWISE, PPL_ACT_##name, 0); break;
+#define PPL_PC_BC(kind, alg)                                                  \
+    switch (e->bcast) {                                                       \
+    case PPL_BC_SCALAR: PPL_PC_TILE(kind, alg, PPL_BC_SCALAR); break;         \
+    case PPL_BC_CHANNEL: PPL_PC_TILE(kind, alg, PPL_BC_CHANNEL); break;       \
+    default: PPL_PC_TILE(kind, alg, PPL_BC_ELEMENT); break;                   \
+    }
+
+/* Entries [first, ch->len) of the chain over the stored M x n_valid tile at c (see
+ * ppl_chain_entry_tile for the geometry), c pointing into the output ch->dst. */
+static __attribute__((noinline, unused)) void ppl_post_chain_tile(
+        const ppl_post_chain *ch, int first, float *c, ptrdiff_t ldc, ptrdiff_t cbs,
+        ptrdiff_t M, ptrdiff_t n_valid, ptrdiff_t col0) {
+    const ptrdiff_t base = c - ch->dst;
+    for (int i = first; i < ch->len; i++) {
+        const ppl_post_op *e = &ch->ops[i];
+        switch (e->kind) {
+        case PPL_PO_ELTWISE:
+            switch (e->alg) {
+            PPL_PC_ACT(RELU) PPL_PC_ACT(LEAKY_RELU) PPL_PC_ACT(CLIP) PPL_PC_ACT(SIGMOID)
+            PPL_PC_ACT(TANH) PPL_PC_ACT(HARD_SWISH) PPL_PC_ACT(ABS) PPL_PC_ACT(NEG)
+            PPL_PC_ACT(EXP) PPL_PC_ACT(LOG) PPL_PC_ACT(SQRT) PPL_PC_ACT(RECIPROCAL)
+            PPL_PC_ACT(FLOOR) PPL_PC_ACT(CEIL) PPL_PC_ACT(ROUND) PPL_PC_ACT(SIGN)
+            PPL_PC_ACT(ERF) PPL_PC_ACT(SIN) PPL_PC_ACT(COS) PPL_PC_ACT(TAN)
+            PPL_PC_ACT(ASIN) PPL_PC_ACT(ACOS) PPL_PC_ACT(ATAN) PPL_PC_ACT(SINH)
+            PPL_PC_ACT(COSH) PPL_PC_ACT(ASINH) PPL_PC_ACT(ACOSH) PPL_PC_ACT(ATANH)
+            PPL_PC_ACT(HARD_SIGMOID) PPL_PC_ACT(SOFTPLUS) PPL_PC_ACT(SOFTSIGN) PPL_PC_ACT(ELU)
+            PPL_PC_ACT(SELU) PPL_PC_ACT(CELU) PPL_PC_ACT(GELU) PPL_PC_ACT(MISH)
+            PPL_PC_ACT(THRESHOLDED_RELU) PPL_PC_ACT(SHRINK) PPL_PC_ACT(SWISH)
+            default: break;
+            }
+            break;
+        case PPL_PO_SUM: PPL_PC_TILE(PPL_PO_SUM, 0, PPL_BC_ELEMENT); break;
+        case PPL_PO_PRELU: PPL_PC_BC(PPL_PO_PRELU, 0) break;
+        case PPL_PO_BINARY:
+            switch (e->alg) {
+            case PPL_BIN_ADD: PPL_PC_BC(PPL_PO_BINARY, PPL_BIN_ADD) break;
+            case PPL_BIN_MUL: PPL_PC_BC(PPL_PO_BINARY, PPL_BIN_MUL) break;
+            case PPL_BIN_MAX: PPL_PC_BC(PPL_PO_BINARY, PPL_BIN_MAX) break;
+            default: PPL_PC_BC(PPL_PO_BINARY, PPL_BIN_MIN) break;
+            }
+            break;
+        default: break;
+        }
+    }
+}
+#undef PPL_PC_TILE
+#undef PPL_PC_ACT
+#undef PPL_PC_BC
+
+#endif /* PPL_POST_CHAIN_FP32_H */
