@@ -67,7 +67,7 @@ def test_demo_model(tmp_path):
     assert (relu["post_ops"], relu["post_op_params"]) == ([b"relu"], [0.0, 0.0])
     assert leaky["post_ops"] == [b"leaky_relu"]
     assert np.float32(leaky["post_op_params"][0]) == np.float32(0.1)
-    assert [post[0][0] for post in fused_post_ops(rt, "Conv")] == [1, 2]
+    assert [post[0].alg for post in fused_post_ops(rt, "Conv")] == [1, 2]
 
 
 def test_resnet_block_bn_folded_relu_fused(tmp_path):
@@ -75,12 +75,12 @@ def test_resnet_block_bn_folded_relu_fused(tmp_path):
     saved, rt = save_and_reload(tmp_path, gb.resnet_block(), feeds)
     counts = op_counts(saved)
     assert "BatchNormalization" not in counts
-    assert counts["pplpy::Conv"] == 2  # stem and conv1: BN folded, Relu fused
-    # conv2 (BN folded) is added to the block input: the Add and the Relu after it are one
-    # element-wise chain, saved with its entries
-    assert counts["Conv"] == 1 and counts["pplpy::EltwiseChain"] == 1
-    (chain,) = attributes(saved, "pplpy::EltwiseChain")
-    assert [json.loads(e)["op"] for e in chain["entries"]] == ["Add", "Relu"]
+    # stem and conv1: BN folded, Relu fused; conv2 (BN folded) takes the residual Add and the
+    # Relu after it as post-ops [sum, relu], the block's input as its operand input
+    assert counts["pplpy::Conv"] == 3 and "Add" not in counts and "Relu" not in counts
+    chains = attributes(saved, "pplpy::Conv")
+    residual = next(a for a in chains if a["post_ops"] == [b"sum", b"relu"])
+    assert residual["post_op_operands"] == [3, -1]
     want = ReferenceEvaluator(gb.resnet_block()).run(None, feeds)[0]
     np.testing.assert_allclose(rt.run(feeds)["output"], want, rtol=1e-4, atol=1e-4)
 

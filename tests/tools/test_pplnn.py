@@ -388,7 +388,7 @@ def test_dump_graph_after_a_named_pass_and_fusion_switch(capsys):
     assert "Relu" in before_fusion  # the demo's activations are still nodes here
     status, out, _ = run_cli(capsys, "--dump-graph")
     final = out.split("graph after the x86 engine:")[1]
-    assert "post-ops  relu(0, 0)" in final
+    assert "post-ops  relu" in final
     status, out, _ = run_cli(capsys, "--dump-graph", "--disable-fusion")
     assert "fusion: off" in out and "post-ops" not in out
     status, _, err = run_cli(capsys, "--dump-graph", "no_such_pass")

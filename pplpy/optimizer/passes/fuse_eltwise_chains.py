@@ -13,10 +13,10 @@ operand is a value from outside the run (a constant, the run's input x, or anyth
 elsewhere: with single-reader links nothing outside the run can depend on its inside) that
 broadcasts into x without growing it, along one contiguous run of axes.
 
-Runs of 2 or more nodes are fused.  A run never starts at a node that reads the output of a
-Conv/Gemm/MatMul/MatMulBias (read by it alone): the engine's post-op fusion (fuse_post_ops,
-later) takes the activations, binary ops and residual sums after such a producer into its
-epilogue, which saves the whole pass over memory; a chain may start after them.
+Runs of 2 or more nodes are fused.  The single-reader run of activations and Add / Mul / Max
+/ Min / PRelu right after a Conv/Gemm/MatMul/MatMulBias is left alone: the engine's post-op
+fusion (fuse_post_ops, later) takes it into that producer's epilogue, which saves the whole
+pass over memory; a chain may start after it.
 """
 
 import math
@@ -44,6 +44,9 @@ BINARY_OPS = frozenset(("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"
 EPILOGUE_PRODUCERS = frozenset((("", "Conv"), ("", "Gemm"), ("", "MatMul"),
                                 ("pplpy", "MatMulBias"), ("pplpy", "Conv"), ("pplpy", "Gemm"),
                                 ("pplpy", "MatMul")))
+# What fuse_post_ops can put in an epilogue after them, and how many entries.
+EPILOGUE_OPS = UNARY_OPS | {"Add", "Mul", "Max", "Min", "PRelu"}
+MAX_EPILOGUE = 32
 CHAIN_DOMAIN, CHAIN_OP, CHAIN_OPSET = "pplpy", "EltwiseChain", 1
 MIN_LENGTH = 2
 SELF = -1  # ChainEntry.operand: the running value itself
@@ -82,19 +85,43 @@ def _clip_param(graph, node):
                      max=math.inf if hi is None else float(hi))
 
 
+def _epilogue_operand(graph, producer, value, reader):
+    """Whether fuse_post_ops can take ``reader`` of ``value``: an activation, or a binary op
+    whose other operand is a scalar, a per-channel vector (axis 1 of a Conv's output, the
+    last axis of a GEMM's) or a tensor of the output's shape (the engine's
+    fuse_post_ops.operand_broadcast, without formats, which are not chosen yet)."""
+    if reader.op_type in UNARY_OPS:
+        return reader.inputs[0] == value
+    if len(reader.inputs) != 2 or reader.inputs.count(value) != 1:
+        return False
+    if reader.op_type == "PRelu" and reader.inputs[0] != value:
+        return False
+    other = reader.inputs[1 - reader.inputs.index(value)]
+    out, dims = _full_dims(graph, value), _full_dims(graph, other)
+    if out is None or dims is None or len(dims) > len(out):
+        return False
+    if dims == out:
+        return True
+    if not all(isinstance(d, int) for d in dims):
+        return False
+    if math.prod(dims) == 1:
+        return True
+    axis = 1 if producer.op_type == "Conv" else len(out) - 1
+    padded = (1,) * (len(out) - len(dims)) + tuple(dims)
+    return padded[axis] == out[axis] and all(d == 1 for i, d in enumerate(padded)
+                                             if i != axis)
+
+
 class FuseEltwiseChains(GraphPass):
     name = "fuse_eltwise_chains"
-
-    def __init__(self):
-        self.details = {}
 
     def run(self, graph, ctx):
         if not ctx.fusion or not ctx.can_create(CHAIN_DOMAIN, CHAIN_OP, CHAIN_OPSET):
             return 0
         fused = 0
-        taken = set()
+        taken = self._epilogue_runs(graph)
         for node in list(graph.nodes):
-            if node in taken or self._epilogue_activation(graph, node):
+            if node in taken:
                 continue
             run = self._run_from(graph, node, taken)
             if run is None:
@@ -112,18 +139,26 @@ class FuseEltwiseChains(GraphPass):
         return fused
 
     @staticmethod
-    def _epilogue_activation(graph, node):
-        """Whether ``node`` is left for the engine to fuse into a producer's epilogue: it
-        reads the output of a Conv/Gemm/MatMul/MatMulBias that it alone reads."""
-        if node.domain != "" or not node.inputs:
-            return False
-        for source in node.inputs[:2]:
-            producer = graph.producer(source) if source else None
-            if (producer is not None and producer.key in EPILOGUE_PRODUCERS
-                    and set(graph.consumers(source)) == {node}
-                    and not graph.is_graph_output(source)):
-                return True
-        return False
+    def _epilogue_runs(graph):
+        """The nodes the engine's post-op fusion will take into a producer's epilogue: from
+        each Conv/Gemm/MatMul/MatMulBias, the single-reader run of activations and Add / Mul
+        / Max / Min / PRelu after it (up to the epilogue's 32 entries)."""
+        reserved = set()
+        for producer in graph.nodes:
+            if producer.key not in EPILOGUE_PRODUCERS or len(producer.outputs) != 1:
+                continue
+            value = producer.outputs[0]
+            for _ in range(MAX_EPILOGUE):
+                readers = set(graph.consumers(value))
+                if len(readers) != 1 or graph.is_graph_output(value):
+                    break
+                (reader,) = readers
+                if (reader.domain != "" or reader.op_type not in EPILOGUE_OPS
+                        or not _epilogue_operand(graph, producer, value, reader)):
+                    break
+                reserved.add(reader)
+                value = reader.outputs[0]
+        return reserved
 
     def _run_from(self, graph, first, taken):
         """(nodes, x, entries, operands) of the longest run starting at ``first``, or None

@@ -14,6 +14,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx_builders import FLOAT, ISAS, make_model
 
 import pplpy
+from pplpy.optimizer import DEFAULT_PIPELINE
 from pplpy.engines.x86.impls.post_ops import (Broadcast, PostOp, PostOpEntry, PostOpKind,
                                               eltwise)
 
@@ -214,11 +215,16 @@ def test_dump_graph_lists_the_chain(tmp_path):
     assert line and "relu" in line[0], text
 
 
+# The engine's post-op fusion alone: without the optimiser's element-wise chains, which
+# would join what an epilogue leaves (tests/optimizer/test_eltwise_chains.py).
+NO_CHAINS = [e for e in DEFAULT_PIPELINE if e.pass_id != "fuse_eltwise_chains"]
+
+
 def unfused(model, feeds, tmp_path, producer):
     """The nodes of the fused build (reorders aside); asserts it still matches reference."""
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    rt = pplpy.load(path)
+    rt = pplpy.load(path, passes=NO_CHAINS)
     np.testing.assert_allclose(rt.run(feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0],
                                rtol=1e-4, atol=1e-4)
     return [n.op_type for n in rt.graph.nodes if n.op_type != "Reorder"]

@@ -19,7 +19,9 @@ import dataclasses
 
 import onnx
 
+from pplpy.common.data_format import DataFormat
 from pplpy.common.versioned_registry import LATEST_OPSET
+from pplpy.engines.x86.impls.post_ops import Broadcast
 from pplpy.engines.x86.ops.declare import find_op, op
 from pplpy.engines.x86.ops.post_op_attributes import ATTRIBUTE_NAMES, read_post_ops
 from pplpy.errors import ModelError
@@ -63,14 +65,35 @@ class ParamFromFusedParam:
             if node.param.post_ops:
                 self.post_ops = list(node.param.post_ops)
 
+    def select_format(self, in_formats, in_shapes):
+        """The standard op's choice for its own inputs; a post-op operand read per element
+        in the output's format (as the fusion pass required), any other in NDARRAY."""
+        operands = {e.operand: e for e in getattr(self, "post_ops", ()) or ()
+                    if e.operand is not None}
+        if not operands:
+            return super().select_format(in_formats, in_shapes)
+        own = min(operands)
+        ins, outs = super().select_format(in_formats[:own], in_shapes[:own])
+        ins = list(ins)
+        for index in range(own, len(in_formats)):
+            entry = operands.get(index)
+            ins.append(outs[0] if entry is not None and entry.broadcast is Broadcast.ELEMENT
+                       else DataFormat.NDARRAY)
+        return ins, outs
 
-def without_post_op_attributes(node_proto):
-    """A copy of ``node_proto`` in the ai.onnx domain without the post-op attributes."""
+
+def without_post_op_attributes(node_proto, post_ops=()):
+    """A copy of ``node_proto`` in the ai.onnx domain without the post-op attributes and
+    without the post-ops' operand inputs (the fusion pass appended them after the op's
+    own)."""
     rest = onnx.NodeProto()
     rest.CopyFrom(node_proto)
     rest.domain = ""
     del rest.attribute[:]
     rest.attribute.extend(a for a in node_proto.attribute if a.name not in ATTRIBUTE_NAMES)
+    operands = [e.operand for e in post_ops if e.operand is not None]
+    if operands:
+        del rest.input[min(operands):]
     return rest
 
 
@@ -89,8 +112,8 @@ def parse_twin(op_type, twin):
         elif any(a.name in ATTRIBUTE_NAMES for a in node_proto.attribute):
             raise ModelError(f"{where(node_proto)}: this op takes no post-ops")
         entry = find_parser("", op_type, twin.opset)
-        param = entry.parse_node(without_post_op_attributes(node_proto), twin.opset,
-                                 node_proto.name)
+        param = entry.parse_node(without_post_op_attributes(node_proto, post_ops),
+                                 twin.opset, node_proto.name)
         return FusedParam(param, post_ops)
 
     return parse
