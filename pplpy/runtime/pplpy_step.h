@@ -19,6 +19,10 @@
 #define PPLPY_STEP_H
 
 #include <stddef.h>
+#include <stdlib.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <sched.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -46,7 +50,49 @@ static inline void ppl_partition(ptrdiff_t n, int tid, int nthreads, ptrdiff_t *
     *end = *begin + base + (tid < extra ? 1 : 0);
 }
 
-/* Run steps [0, n) on a team of nthreads; returns *error (0 when every step succeeded). */
+#ifdef _OPENMP
+/* How often a waiting thread polls with a pause before it starts yielding its core: about a
+ * hundred microseconds, longer than most steps, so a team that keeps up never sleeps, while a
+ * thread waiting on a descheduled one gives its core back (on a shared machine, maybe to it). */
+#define PPL_SPINS 4096
+
+static inline void ppl_relax(unsigned *spins) {
+    if (*spins < PPL_SPINS) {
+        ++*spins;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    } else {
+#if defined(__unix__) || defined(__APPLE__)
+        sched_yield();
+#endif
+    }
+}
+
+/* Wait until *count reaches target; acquire: what the shares counted there wrote is visible. */
+static inline void ppl_wait_count(int *count, int target) {
+    unsigned spins = 0;
+    while (__atomic_load_n(count, __ATOMIC_ACQUIRE) < target) ppl_relax(&spins);
+}
+
+/* One step's progress: shares handed out and shares finished, on a cache line of its own. */
+typedef struct {
+    int claimed;
+    int done;
+    char pad[64 - 2 * sizeof(int)];
+} ppl_step_sync;
+#endif
+
+/* Run steps [0, n) on a team of nthreads; returns *error (0 when every step succeeded).
+ *
+ * There is no team barrier.  A parallel step has nthreads shares (fn(args, k, nthreads), k in
+ * [0, nthreads)); each thread claims shares from the step's counter until none is left, then
+ * waits until every share is done.  A thread that is late (woken slowly, descheduled on a
+ * busy machine) finds the shares taken by the others and only catches up, instead of holding
+ * every other thread at a barrier: the team goes as fast as the threads that run.  Share k is
+ * run by one thread at a time, so per-share scratch indexed by k stays private.  A run of
+ * serial steps is one unit that thread 0 runs (Python steps take the GIL on the caller's
+ * thread) while the others wait for it. */
 static inline int ppl_plan_run(const ppl_plan_step *steps, ptrdiff_t n, int nthreads,
                                volatile int *error) {
     int any_parallel = 0;
@@ -59,33 +105,43 @@ static inline int ppl_plan_run(const ppl_plan_step *steps, ptrdiff_t n, int nthr
     }
 #ifdef _OPENMP
     {
-        /* Thread 0 publishes "stop" just before each barrier, into one of two slots taken in
-         * turn: a slot is written again only two barriers later, after every thread has read
-         * it, so no thread can see a stop that the others miss. */
-        volatile int stop[2] = {0, 0};
+        ppl_step_sync *sync = (ppl_step_sync *)calloc((size_t)n, sizeof(ppl_step_sync));
+        if (sync == NULL) { /* no memory for the counters: run on this thread */
+            for (i = 0; i < n && !*error; i++) steps[i].fn(steps[i].args, 0, 1);
+            return *error;
+        }
 #pragma omp parallel num_threads(nthreads)
         {
             const int tid = omp_get_thread_num();
             const int nt = omp_get_num_threads();
             ptrdiff_t s = 0, e;
-            unsigned k = 0;
+            int k;
             while (s < n) {
+                ppl_step_sync *sy = &sync[s];
                 if (steps[s].parallel) {
-                    steps[s].fn(steps[s].args, tid, nt);
-                    s++;
+                    while ((k = __atomic_fetch_add(&sy->claimed, 1, __ATOMIC_RELAXED)) < nt) {
+                        steps[s].fn(steps[s].args, k, nt);
+                        __atomic_fetch_add(&sy->done, 1, __ATOMIC_RELEASE);
+                    }
+                    ppl_wait_count(&sy->done, nt);
+                    e = s + 1;
                 } else {
                     for (e = s; e < n && !steps[e].parallel; e++) {
                     }
-                    if (tid == 0)
-                        for (; s < e && !*error; s++) steps[s].fn(steps[s].args, 0, 1);
-                    s = e;
+                    if (tid == 0) {
+                        for (i = s; i < e && !*error; i++) steps[i].fn(steps[i].args, 0, 1);
+                        __atomic_store_n(&sy->done, 1, __ATOMIC_RELEASE);
+                    } else {
+                        ppl_wait_count(&sy->done, 1);
+                    }
                 }
-                if (tid == 0) stop[k & 1] = *error;
-#pragma omp barrier
-                if (stop[k & 1]) break;
-                k++;
+                /* only serial steps fail, and their error is written before the release
+                 * above: every thread reads the same value here and stops at the same step */
+                if (*error) break;
+                s = e;
             }
         }
+        free(sync);
     }
 #else
     for (i = 0; i < n && !*error; i++) steps[i].fn(steps[i].args, 0, 1);
