@@ -387,28 +387,67 @@ cdef struct ConcatN16Args:
 
 cdef void concat_n16cx_step(const void *a, int tid, int nthreads) noexcept nogil:
     cdef const ConcatN16Args *args = <const ConcatN16Args *>a
-    cdef Py_ssize_t b, e, t, n, ob, r, s, es = args.es, block = args.pixels * LANES * es
+    cdef Py_ssize_t b, e, t, n, ob, r, r0, nr, s, es = args.es, block = args.pixels * LANES * es
     cdef const LaneRun *run
     cdef char *dst
-    cdef const char *src
+    cdef const char *bases[LANES]     # each run's source block (NULL: padding)
+    cdef const uint32_t *lanes[LANES]
     ppl_partition(args.batch * args.out_blocks, tid, nthreads, &b, &e)
     for t in range(b, e):
         n = t // args.out_blocks
         ob = t - n * args.out_blocks
         dst = args.dst + t * block
-        for r in range(args.first_run[ob], args.first_run[ob + 1]):
-            run = &args.runs[r]
-            if run.src < 0:
-                for s in range(args.pixels):
-                    memset(dst + (s * LANES + run.dst_lane) * es, 0, run.count * es)
-                continue
-            src = (args.srcs[run.src] + (n * args.in_blocks[run.src] + run.block) * block)
-            if run.count == LANES:
-                memcpy(dst, src, block)
-            else:
-                for s in range(args.pixels):
-                    copy_elements(dst + (s * LANES + run.dst_lane) * es,
-                                  src + (s * LANES + run.src_lane) * es, run.count, es, es)
+        r0 = args.first_run[ob]
+        nr = args.first_run[ob + 1] - r0
+        run = &args.runs[r0]
+        if nr == 1 and run.count == LANES and run.src >= 0:   # a whole block: one memcpy
+            memcpy(dst, args.srcs[run.src] + (n * args.in_blocks[run.src] + run.block) * block,
+                   block)
+            continue
+        if es == 4:       # each lane's source (NULL: padding), then 16 lanes a pixel
+            for r in range(nr):
+                run = &args.runs[r0 + r]
+                for s in range(run.count):
+                    lanes[run.dst_lane + s] = (
+                        NULL if run.src < 0 else <const uint32_t *>(
+                            args.srcs[run.src] + (n * args.in_blocks[run.src] + run.block)
+                            * block) + run.src_lane + s)
+            gather_lanes(<uint32_t *>dst, lanes, args.pixels)
+            continue
+        for r in range(nr):
+            run = &args.runs[r0 + r]
+            bases[r] = (NULL if run.src < 0 else
+                        args.srcs[run.src] + (n * args.in_blocks[run.src] + run.block) * block)
+        # pixel by pixel: the output block is written in order
+        for s in range(args.pixels):
+            for r in range(nr):
+                run = &args.runs[r0 + r]
+                copy_lanes(dst + (s * LANES + run.dst_lane) * es,
+                           bases[r] + (s * LANES + run.src_lane) * es
+                           if bases[r] != NULL else NULL, run.count, es)
+
+
+cdef inline void gather_lanes(uint32_t *dst, const uint32_t **lanes,
+                              Py_ssize_t pixels) noexcept nogil:
+    """dst[s, l] = lanes[l][s * LANES] (0 where lanes[l] is NULL): one N16CX block whose 16
+    lanes come from anywhere, written pixel by pixel in order."""
+    cdef Py_ssize_t s, l
+    for s in range(pixels):
+        for l in range(LANES):
+            dst[s * LANES + l] = lanes[l][s * LANES] if lanes[l] != NULL else 0
+
+
+cdef inline void copy_lanes(char *dst, const char *src, Py_ssize_t count,
+                            Py_ssize_t es) noexcept nogil:
+    """count lanes of es bytes from src to dst, or zeros where src is NULL."""
+    cdef Py_ssize_t i
+    if src == NULL:
+        memset(dst, 0, count * es)
+    elif es == 4:
+        for i in range(count):
+            (<uint32_t *>dst)[i] = (<const uint32_t *>src)[i]
+    else:
+        memcpy(dst, src, count * es)
 
 
 def n16cx_lane_runs(sources):
