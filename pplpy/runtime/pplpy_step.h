@@ -4,14 +4,18 @@
  * packed weights, post-ops), made once per input-shape signature.  A plan is an array of
  * steps that ppl_plan_run executes inside ONE OpenMP parallel region:
  *
- *   parallel step  every thread of the team calls fn(args, tid, nthreads) and takes its share
- *                  of the work (ppl_partition); a barrier follows
+ *   parallel step  fn(args, k, nthreads) is called once for each share k in [0, nthreads),
+ *                  by whichever thread of the team claims it (ppl_partition(n, k, nthreads)
+ *                  gives share k's work); per-share scratch indexed by k stays private, as
+ *                  one thread at a time runs share k; the next step starts once every
+ *                  share is done
  *   serial step    thread 0 alone calls fn(args, 0, 1); a run of consecutive serial steps
- *                  costs one barrier in all, so a chain of small ops never forks or joins
+ *                  is one unit the other threads wait for, so a chain of small ops never
+ *                  forks or joins
  *
  * Step functions must not fail: shapes and arguments are checked when the step is made.  The
  * one exception is a Python step (a plugin kernel written in Python), which takes the GIL,
- * may raise, and then sets *error so that every thread stops after the next barrier.
+ * may raise, and then sets *error so that every thread stops after that step.
  *
  * Plugins compile against it through pplpy.build (get_include(), extension()).
  */

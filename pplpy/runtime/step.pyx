@@ -42,7 +42,7 @@ cdef Step new_step(ppl_step_fn fn, size_t args_size, bint parallel, object keep=
 cdef class PythonStep(Step):
     """A step that calls ``function()`` holding the GIL, on thread 0 of the team.
 
-    An exception it raises is kept and stops the plan at the next barrier; ``Plan.run``
+    An exception it raises is kept and stops every thread after this step; ``Plan.run``
     re-raises it."""
 
     cdef object function
