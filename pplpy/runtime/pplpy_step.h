@@ -27,6 +27,13 @@
 #if defined(__unix__) || defined(__APPLE__)
 #include <sched.h>
 #endif
+#ifdef __linux__
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -55,36 +62,55 @@ static inline void ppl_partition(ptrdiff_t n, int tid, int nthreads, ptrdiff_t *
 }
 
 #ifdef _OPENMP
-/* How often a waiting thread polls with a pause before it starts yielding its core: about a
- * hundred microseconds, longer than most steps, so a team that keeps up never sleeps, while a
- * thread waiting on a descheduled one gives its core back (on a shared machine, maybe to it). */
+/* How often a waiting thread polls with a pause before it sleeps: tens to a hundred
+ * microseconds, longer than most steps, so a team that keeps up never sleeps.  A thread that
+ * waits longer (on a thread descheduled on a busy machine) sleeps on the step's counter and
+ * leaves its core idle, where the scheduler can move the late thread. */
 #define PPL_SPINS 4096
 
-static inline void ppl_relax(unsigned *spins) {
-    if (*spins < PPL_SPINS) {
-        ++*spins;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    } else {
-#if defined(__unix__) || defined(__APPLE__)
-        sched_yield();
-#endif
-    }
-}
-
-/* Wait until *count reaches target; acquire: what the shares counted there wrote is visible. */
-static inline void ppl_wait_count(int *count, int target) {
-    unsigned spins = 0;
-    while (__atomic_load_n(count, __ATOMIC_ACQUIRE) < target) ppl_relax(&spins);
-}
-
-/* One step's progress: shares handed out and shares finished, on a cache line of its own. */
+/* One step's progress: shares handed out, shares finished and threads asleep waiting for
+ * them, on a cache line of its own. */
 typedef struct {
     int claimed;
     int done;
-    char pad[64 - 2 * sizeof(int)];
+    int sleepers;
+    char pad[64 - 3 * sizeof(int)];
 } ppl_step_sync;
+
+/* Mark one more share of the step done (or, with store, the serial unit) and wake sleepers.
+ * Seq-cst on both sides: a waiter counts itself among the sleepers before it sleeps, and its
+ * futex wait returns at once if done changed, so no wake is lost. */
+static inline void ppl_done(ppl_step_sync *sy) {
+    __atomic_fetch_add(&sy->done, 1, __ATOMIC_SEQ_CST);
+#ifdef __linux__
+    if (__atomic_load_n(&sy->sleepers, __ATOMIC_SEQ_CST))
+        syscall(SYS_futex, &sy->done, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#endif
+}
+
+/* Wait until the step's done count reaches target; acquire: what the shares wrote is
+ * visible. */
+static inline void ppl_wait_done(ppl_step_sync *sy, int target) {
+    unsigned spins = 0;
+    int seen;
+    while ((seen = __atomic_load_n(&sy->done, __ATOMIC_ACQUIRE)) < target) {
+        if (spins < PPL_SPINS) {
+            ++spins;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+#ifdef __linux__
+            struct timespec limit = {0, 1000000}; /* 1 ms: a bound, not a schedule */
+            __atomic_fetch_add(&sy->sleepers, 1, __ATOMIC_SEQ_CST);
+            syscall(SYS_futex, &sy->done, FUTEX_WAIT_PRIVATE, seen, &limit, NULL, 0);
+            __atomic_fetch_sub(&sy->sleepers, 1, __ATOMIC_SEQ_CST);
+#elif defined(__unix__) || defined(__APPLE__)
+            sched_yield();
+#endif
+        }
+    }
+}
 #endif
 
 /* Run steps [0, n) on a team of nthreads; returns *error (0 when every step succeeded).
@@ -118,29 +144,29 @@ static inline int ppl_plan_run(const ppl_plan_step *steps, ptrdiff_t n, int nthr
         {
             const int tid = omp_get_thread_num();
             const int nt = omp_get_num_threads();
-            ptrdiff_t s = 0, e;
+            ptrdiff_t s = 0, e, j;
             int k;
             while (s < n) {
                 ppl_step_sync *sy = &sync[s];
                 if (steps[s].parallel) {
                     while ((k = __atomic_fetch_add(&sy->claimed, 1, __ATOMIC_RELAXED)) < nt) {
                         steps[s].fn(steps[s].args, k, nt);
-                        __atomic_fetch_add(&sy->done, 1, __ATOMIC_RELEASE);
+                        ppl_done(sy);
                     }
-                    ppl_wait_count(&sy->done, nt);
+                    ppl_wait_done(sy, nt);
                     e = s + 1;
                 } else {
                     for (e = s; e < n && !steps[e].parallel; e++) {
                     }
                     if (tid == 0) {
-                        for (i = s; i < e && !*error; i++) steps[i].fn(steps[i].args, 0, 1);
-                        __atomic_store_n(&sy->done, 1, __ATOMIC_RELEASE);
+                        for (j = s; j < e && !*error; j++) steps[j].fn(steps[j].args, 0, 1);
+                        ppl_done(sy);
                     } else {
-                        ppl_wait_count(&sy->done, 1);
+                        ppl_wait_done(sy, 1);
                     }
                 }
-                /* only serial steps fail, and their error is written before the release
-                 * above: every thread reads the same value here and stops at the same step */
+                /* only serial steps fail, and their error is written before ppl_done: every
+                 * thread reads the same value here and stops at the same step */
                 if (*error) break;
                 s = e;
             }
