@@ -77,7 +77,7 @@ typedef struct {
     char pad[64 - 3 * sizeof(int)];
 } ppl_step_sync;
 
-/* Mark one more share of the step done (or, with store, the serial unit) and wake sleepers.
+/* Mark one more share of the step (or its serial unit) done and wake the sleepers.
  * Seq-cst on both sides: a waiter counts itself among the sleepers before it sleeps, and its
  * futex wait returns at once if done changed, so no wake is lost. */
 static inline void ppl_done(ppl_step_sync *sy) {
