@@ -3,7 +3,7 @@ save_model.py) writes a node the ONNX domain cannot hold, and how pplpy reads it
 
 Two cases need one:
 
-- a Conv / Gemm / MatMul with post-ops fused into its epilogue (``op.post_ops``): written as
+- a Conv / ConvTranspose / Gemm / MatMul with post-ops fused into its epilogue (``op.post_ops``): written as
   ``pplpy::Conv`` etc. with the op's own attributes plus the post-op attributes of
   ops/post_op_attributes.py;
 - a node the graph optimiser wrote at an opset newer than the model imports (Gelu is opset
@@ -43,6 +43,7 @@ class Twin:
 
 TWINS = {
     "Conv": Twin(LATEST_OPSET, True),
+    "ConvTranspose": Twin(LATEST_OPSET, True),
     "Gemm": Twin(LATEST_OPSET, True),
     "MatMul": Twin(LATEST_OPSET, True),
     "Gelu": Twin(GELU_OPSET, False),
