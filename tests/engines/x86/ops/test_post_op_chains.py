@@ -30,7 +30,8 @@ def node(op_type, inputs, output, **attrs):
     return helper.make_node(op_type, inputs, [output], **attrs)
 
 
-PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "MatMulBias"}
+POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "MatMulBias"} | POOLS
 
 
 def writer(rt, name):
@@ -243,6 +244,87 @@ def test_conv_transpose_operand_per_pixel_does_not_fuse(tmp_path):
     nodes = [node("ConvTranspose", ["x", "w"], "t"), node("Mul", ["t", "o"], "y")]
     model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)], [("w", rand(8, 8, 1, 1))])
     assert unfused(model, feeds, tmp_path, "ConvTranspose") == ["ConvTranspose", "Mul"]
+
+
+# Pools (21 channels: a partial N16CX block), NDARRAY from the graph input or N16CX after a
+# Conv.  "r" an element operand computed at run time (the same pool of another input, same
+# format), "cv" per channel at run time; constants "s", "ch", "sl".
+POOL_CHAINS = {
+    "relu": ([node("Relu", ["t"], "y")], [PostOpKind.ELTWISE]),
+    "add-ch": ([node("Add", ["t", "ch"], "y")], [PostOpKind.BINARY]),
+    "sum-relu": ([node("Add", ["r", "t"], "u"), node("Relu", ["u"], "y")],
+                 [PostOpKind.SUM, PostOpKind.ELTWISE]),
+    "mul-cv-max-s-prelu-ch": ([node("Mul", ["t", "cv"], "u"), node("Max", ["u", "s"], "v"),
+                               node("PRelu", ["v", "sl"], "y")],
+                              [PostOpKind.BINARY, PostOpKind.BINARY, PostOpKind.PRELU]),
+    "tanh-min-r-clip": ([node("Tanh", ["t"], "u"), node("Min", ["r", "u"], "v"),
+                         node("Clip", ["v", "lo", "hi"], "y")],
+                        [PostOpKind.ELTWISE, PostOpKind.BINARY, PostOpKind.ELTWISE]),
+}
+POOL_NODES = {
+    "MaxPool": dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "AveragePool": dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 1],
+                        count_include_pad=1),
+    "GlobalAveragePool": {},
+    "GlobalMaxPool": {},
+}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout", ["ndarray", "n16cx"])
+@pytest.mark.parametrize("pool", sorted(POOL_NODES))
+@pytest.mark.parametrize("chain", sorted(POOL_CHAINS))
+def test_pool_chains(isa, layout, pool, chain, tmp_path):
+    c = 21
+    tail, kinds = POOL_CHAINS[chain]
+    attrs = POOL_NODES[pool]
+    if layout == "n16cx":
+        head, src, src2 = [node("Conv", ["x", "wc"], "h"), node("Conv", ["x2", "wc"], "h2")], \
+            "h", "h2"
+    else:
+        head, src, src2 = [], "x", "x2"
+    nodes = head + [node(pool, [src], "t", **attrs), node(pool, [src2], "r", **attrs)] + tail
+    inits = [("wc", rand(c, c, 1, 1)), ("s", np.array([0.25], np.float32)),
+             ("ch", rand(c, 1, 1)), ("sl", rand(c, 1, 1)),
+             ("lo", np.float32(-0.5)), ("hi", np.float32(1.5))]
+    feeds = {"x": rand(2, c, 7, 9), "x2": rand(2, c, 7, 9), "cv": rand(c, 1, 1)}
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)], inits, opset=20)
+    rt, _ = load_and_check(model, feeds, isa, tmp_path, kinds, min_len=1)
+    fused = writer(rt, "y")
+    assert fused.op_type == pool
+    assert rt.graph.values[fused.outputs[0]].format.name == layout.upper()
+
+
+def test_pool_chain_survives_save_and_reload(tmp_path):
+    """A pool with post-ops is saved as its pplpy-domain twin and runs the same."""
+    feeds = {"x": rand(1, 5, 6, 6), "cv": rand(1, 5, 1, 1)}
+    nodes = [node("MaxPool", ["x"], "t", kernel_shape=[2, 2]), node("Mul", ["t", "cv"], "u"),
+             node("Relu", ["u"], "y")]
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)])
+    onnx.save(model, tmp_path / "m.onnx")
+    rt = pplpy.load(tmp_path / "m.onnx")
+    pplpy.save_optimized_model(tmp_path / "m.onnx", tmp_path / "saved.onnx")
+    back = pplpy.load(tmp_path / "saved.onnx")
+    assert [n.op_type for n in back.graph.nodes if n.op_type != "Reorder"] == ["MaxPool"]
+    np.testing.assert_array_equal(back.run(feeds)["y"], rt.run(feeds)["y"])
+    np.testing.assert_allclose(rt.run(feeds)["y"], reference(model, feeds), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_maxpool_with_indices_does_not_fuse(tmp_path):
+    feeds = {"x": rand(1, 4, 6, 6)}
+    nodes = [helper.make_node("MaxPool", ["x"], ["t", "i"], kernel_shape=[2, 2]),
+             node("Relu", ["t"], "y")]
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)])
+    assert unfused(model, feeds, tmp_path, "MaxPool") == ["MaxPool", "Relu"]
+
+
+def test_pool_operand_per_pixel_does_not_fuse(tmp_path):
+    feeds = {"x": rand(1, 8, 6, 6), "o": rand(1, 1, 3, 3)}
+    nodes = [node("AveragePool", ["x"], "t", kernel_shape=[2, 2], strides=[2, 2]),
+             node("Add", ["t", "o"], "y")]
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)])
+    assert unfused(model, feeds, tmp_path, "AveragePool") == ["AveragePool", "Add"]
 
 
 def resnet_block(c=24, hw=8):
