@@ -7,7 +7,7 @@ still hold their raw data (``release_raw_weights`` drops packed weights' raw dat
 - the engine's ``pplpy::Reorder`` nodes are left out (their readers read the reorder's
   input; one that writes a graph output becomes an Identity): formats are chosen again
   when the file is loaded;
-- a Conv / Gemm / MatMul with post-ops is written as its pplpy-domain twin with the post-ops
+- a Conv / ConvTranspose / Gemm / MatMul with post-ops is written as its pplpy-domain twin with the post-ops
   as attributes, and ``pplpy::MatMulBias`` with them as attributes
   (ops/pplpy/standard_twins.py, ops/post_op_attributes.py);
 - every other node is written as it is, its param turned back into attributes

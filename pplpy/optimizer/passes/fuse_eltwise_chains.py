@@ -41,9 +41,13 @@ UNARY_OPS = frozenset((
 BINARY_OPS = frozenset(("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"))
 # Producers whose following element-wise ops the engine fuses into their epilogue
 # (fuse_post_ops); the pplpy Conv/Gemm/MatMul are the same ops read from a saved model.
-EPILOGUE_PRODUCERS = frozenset((("", "Conv"), ("", "Gemm"), ("", "MatMul"),
-                                ("pplpy", "MatMulBias"), ("pplpy", "Conv"), ("pplpy", "Gemm"),
-                                ("pplpy", "MatMul")))
+# Those whose channels (per-channel operands) are axis 1; the rest's are the last axis.
+CHANNELS_FIRST = frozenset(("Conv", "ConvTranspose", "MaxPool", "AveragePool",
+                            "GlobalAveragePool", "GlobalMaxPool"))
+EPILOGUE_PRODUCERS = frozenset(
+    [(domain, op_type) for op_type in CHANNELS_FIRST for domain in ("", "pplpy")]
+    + [("", "Gemm"), ("", "MatMul"), ("pplpy", "MatMulBias"), ("pplpy", "Gemm"),
+       ("pplpy", "MatMul")])
 # What fuse_post_ops can put in an epilogue after them, and how many entries.
 EPILOGUE_OPS = UNARY_OPS | {"Add", "Mul", "Max", "Min", "PRelu"}
 MAX_EPILOGUE = 32
@@ -87,9 +91,9 @@ def _clip_param(graph, node):
 
 def _epilogue_operand(graph, producer, value, reader):
     """Whether fuse_post_ops can take ``reader`` of ``value``: an activation, or a binary op
-    whose other operand is a scalar, a per-channel vector (axis 1 of a Conv's output, the
-    last axis of a GEMM's) or a tensor of the output's shape (the engine's
-    fuse_post_ops.operand_broadcast, without formats, which are not chosen yet)."""
+    whose other operand is a scalar, a per-channel vector (axis 1 of a conv's or pool's
+    output, the last axis of a GEMM's) or a tensor of the output's shape (the
+    engine's fuse_post_ops.operand_broadcast, without formats, which are not chosen yet)."""
     if reader.op_type in UNARY_OPS:
         return reader.inputs[0] == value
     if len(reader.inputs) != 2 or reader.inputs.count(value) != 1:
@@ -106,7 +110,7 @@ def _epilogue_operand(graph, producer, value, reader):
         return False
     if math.prod(dims) == 1:
         return True
-    axis = 1 if producer.op_type == "Conv" else len(out) - 1
+    axis = 1 if producer.op_type in CHANNELS_FIRST else len(out) - 1
     padded = (1,) * (len(out) - len(dims)) + tuple(dims)
     return padded[axis] == out[axis] and all(d == 1 for i, d in enumerate(padded)
                                              if i != axis)
@@ -141,7 +145,7 @@ class FuseEltwiseChains(GraphPass):
     @staticmethod
     def _epilogue_runs(graph):
         """The nodes the engine's post-op fusion will take into a producer's epilogue: from
-        each Conv/Gemm/MatMul/MatMulBias, the single-reader run of activations and Add / Mul
+        each EPILOGUE_PRODUCERS node, the single-reader run of activations and Add / Mul
         / Max / Min / PRelu after it (up to the epilogue's 32 entries)."""
         reserved = set()
         for producer in graph.nodes:

@@ -22,6 +22,11 @@
 # packed once when the kernel is made (deconv_pack_weight); a weight computed at run time is
 # packed by a first step (items (g, chunk) in parallel), the GEMM step follows after the
 # plan's barrier.
+#
+# A post-op chain (_post_chain_fp32.h, fused by passes/fuse_post_ops.py) runs on an item's
+# channels once its last scatter-add is done, while the item's own output is the freshest
+# in cache: in N16CX over the pixel rows of each 16-channel block piece, in NDARRAY over
+# each channel plane.  The N16CX padding lanes are never touched (they stay 0).
 
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
@@ -30,6 +35,10 @@ import numpy
 from pplpy.runtime.step import run_steps
 
 include "_brgemm_fp32.pxi"
+
+cdef extern from "_post_chain_fp32.h" nogil:
+    void ppl_post_chain_plane(const ppl_post_chain *ch, int first, float *c, Py_ssize_t n,
+                              Py_ssize_t channel)
 
 cdef enum:
     _AXES = 3
@@ -59,6 +68,7 @@ ctypedef struct _DeconvArgs:
     float *scratch
     Py_ssize_t scratch_floats
     int max_threads
+    ppl_post_chain chain            # len 0: no post-ops
 
 
 cdef inline Py_ssize_t _cdiv(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -205,6 +215,22 @@ cdef void _deconv_item(const _DeconvArgs *a, Py_ssize_t item, float *xt,
                 r0 += mm
         _col2im_block(a, col, y_n, p0, np_, oc0, occ)
         p0 += np_
+    if a.chain.len > 0:
+        _deconv_post_chain(a, y_n, oc0, occ)
+
+
+cdef void _deconv_post_chain(const _DeconvArgs *a, float *y_n, Py_ssize_t oc0,
+                             Py_ssize_t occ) noexcept nogil:
+    """The post-op chain over output channels [oc0, oc0 + occ) of one image."""
+    cdef Py_ssize_t s = oc0, e, o
+    if a.ypix == 1:
+        for o in range(oc0, oc0 + occ):
+            ppl_post_chain_plane(&a.chain, 0, y_n + a.ychan[o], a.out_pixels, o)
+        return
+    while s < oc0 + occ:  # pieces within one 16-channel block: pixel rows of 16 floats
+        e = min(oc0 + occ, (s // 16 + 1) * 16)
+        ppl_post_chain_tile(&a.chain, 0, y_n + a.ychan[s], 16, 16, a.out_pixels, e - s, s)
+        s = e
 
 
 cdef void _deconv_step(const void *args, int tid, int nthreads) noexcept nogil:
@@ -272,14 +298,16 @@ def _axes3(name, values, Py_ssize_t fill, Py_ssize_t minimum):
 def make_deconv_step(size_t x, size_t y, Py_ssize_t batch, Py_ssize_t in_c, Py_ssize_t out_c,
                      int group, in_spatial, out_spatial, kernel, strides, pads_begin,
                      dilations, bint x_n16cx, bint y_n16cx, int num_threads, *,
-                     packed_w=None, size_t w=0, bias=None, size_t b=0, keep=()):
+                     packed_w=None, size_t w=0, bias=None, size_t b=0, post_chain=(),
+                     keep=()):
     """The steps computing y = conv_transpose(x, W, group) + bias: a list of one step, or of
     two (pack a run-time weight, then multiply and scatter).
 
     x (batch, in_c, *in_spatial) and y (batch, out_c, *out_spatial), 1 to 3 spatial axes,
     each NDARRAY or N16CX at its address.  W: packed_w from deconv_pack_weight, or the address
     w of a raw (in_c, out_c/group, *kernel) weight.  Bias: an array of out_c values, or the
-    address b of one computed at run time, or neither.  pads_begin may be negative (an
+    address b of one computed at run time, or neither.  post_chain: post-op entries
+    (_post_chain_fp32.pxi) applied to y after the bias.  pads_begin may be negative (an
     output_shape larger than the natural output).  Memory at addresses outlives the steps."""
     in_spatial = tuple(int(v) for v in in_spatial)
     rank = len(in_spatial)
@@ -358,6 +386,7 @@ def make_deconv_step(size_t x, size_t y, Py_ssize_t batch, Py_ssize_t in_c, Py_s
     a.scratch = &scratch_v[0]
     a.scratch_floats = scratch_floats
     a.max_threads = num_threads
+    _fill_post_chain(&a.chain, [tuple(e) for e in post_chain], y, out_c, "make_deconv_step")
     if packed_w is not None:
         return [step]
     cdef Step pack = new_step(_deconv_pack_step, sizeof(_DeconvArgs),

@@ -23,12 +23,23 @@
 # Max is written `v if v > m else m`: with -fno-trapping-math gcc turns it into vector
 # max/blend inside a loop of unknown trip count, but not in a 16-trip loop it unrolls first
 # (the global max kernels stay scalar maxss for that reason; they are rare and cheap).
+#
+# Post-op chains (_post_chain_fp32.h, fused by passes/fuse_post_ops.py): a step given one
+# applies it to each output row right after the row is done (a global pool: to each (n, c)
+# value or (n, cb) block), while the row is in L1: an NDARRAY row belongs to one channel, an
+# N16CX row is a tile of pixels x 16 channels whose padding lanes the chain leaves at 0.
 
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 from pplpy.runtime.step import run_steps
+
+include "_brgemm_fp32.pxi"  # the post-op chain declarations (_post_chain_fp32.pxi)
+
+cdef extern from "_post_chain_fp32.h" nogil:
+    void ppl_post_chain_plane(const ppl_post_chain *ch, int first, float *c, Py_ssize_t n,
+                              Py_ssize_t channel)
 
 cdef enum:
     LANES = 16      # channels per N16CX block
@@ -195,6 +206,20 @@ cdef struct _PoolArgs:
     Py_ssize_t out_plane
     int kind               # PoolKind
     bint column_major      # storage_order=1 for Indices
+    Py_ssize_t chans       # channels C (for the post-op chain)
+    ppl_post_chain chain   # len 0: none
+
+
+cdef void _chain_pixels(const ppl_post_chain* ch, float* y, Py_ssize_t plane,
+                        Py_ssize_t pixels, Py_ssize_t lanes, Py_ssize_t chans) noexcept nogil:
+    """The post-op chain over `pixels` output pixels at y, of plane `plane`: (n, c) with one
+    float a pixel (NDARRAY), (n, cb) with LANES floats a pixel (N16CX)."""
+    cdef Py_ssize_t c0
+    if lanes == 1:
+        ppl_post_chain_plane(ch, 0, y, pixels, plane % chans)
+    else:
+        c0 = (plane % ((chans + LANES - 1) // LANES)) * LANES
+        ppl_post_chain_tile(ch, 0, y, LANES, LANES, pixels, _imin(LANES, chans - c0), c0)
 
 
 cdef inline void _update_row(int kind, Py_ssize_t lanes, float* y, const float* x, Py_ssize_t n,
@@ -279,6 +304,8 @@ cdef void _pool_row(const _PoolArgs* a, Py_ssize_t row) noexcept nogil:
                     * _tap_count(start_h, w.dilation[1], w.kernel[1], w.count_lo[1],
                                  w.count_hi[1], &unused))
         _divide_by_counts(yrow, L, count_dh, w.count_lo[2], w.count_hi[2], w)
+    if a.chain.len > 0:
+        _chain_pixels(&a.chain, yrow, plane, OW, L, a.chans)
 
 
 cdef void _pool_step(const void* p, int tid, int nthreads) noexcept nogil:
@@ -366,6 +393,8 @@ cdef struct _GlobalArgs:
     Py_ssize_t n           # spatial size
     bint blocked           # N16CX: an item is n pixels of LANES floats
     bint is_max
+    Py_ssize_t chans       # channels C (for the post-op chain)
+    ppl_post_chain chain   # len 0: none
 
 
 cdef void _global_step(const void* p, int tid, int nthreads) noexcept nogil:
@@ -382,6 +411,9 @@ cdef void _global_step(const void* p, int tid, int nthreads) noexcept nogil:
             a.y[i] = _row_max(a.x + i * n, n)
         else:
             a.y[i] = _row_sum(a.x + i * n, n) / <float>n
+        if a.chain.len > 0:
+            _chain_pixels(&a.chain, a.y + i * (LANES if a.blocked else 1), i, 1,
+                          LANES if a.blocked else 1, a.chans)
 
 
 # ---------------------------------------------------------------------------------------
@@ -452,10 +484,25 @@ cdef Py_ssize_t _window_step_args(_PoolArgs* a, str op, int kind, Py_ssize_t lan
     return planes * max(a.in_plane, a.out_plane * taps)
 
 
+cdef int _pool_chain(ppl_post_chain* chain, Py_ssize_t* chans, str op, post_chain,
+                     Py_ssize_t channels, size_t y, bint with_indices) except -1:
+    """Fill a step's chain (and its channel count) from make_*_step's arguments: post_chain
+    the entries of _post_chain_fp32.pxi, channels the output's C; keep (new_step) holds
+    what the step reads."""
+    entries = [tuple(e) for e in post_chain]
+    if entries and (channels < 1 or with_indices):
+        raise ValueError(f"{op}: a post-op chain needs channels >= 1 and no Indices output")
+    _fill_post_chain(chain, entries, y, channels, op)
+    chans[0] = max(channels, 1)
+    return 0
+
+
 cdef Step _window_step(str op, int kind, Py_ssize_t lanes, size_t x, size_t y, size_t indices,
                        x_shape, y_shape, kernel, strides, pads_begin, pads_end, dilations,
-                       bint count_include_pad, bint column_major):
+                       bint count_include_pad, bint column_major, post_chain=(),
+                       Py_ssize_t channels=0, keep=()):
     cdef _PoolArgs args
+    _pool_chain(&args.chain, &args.chans, op, post_chain, channels, y, kind == POOL_MAX_INDEX)
     cdef Py_ssize_t work = _window_step_args(
         &args, op, kind, lanes, tuple(x_shape), tuple(y_shape), kernel, strides, pads_begin,
         pads_end, dilations, count_include_pad)
@@ -465,13 +512,15 @@ cdef Step _window_step(str op, int kind, Py_ssize_t lanes, size_t x, size_t y, s
     args.y = <float*>y
     args.indices = <int64_t*>indices
     args.column_major = column_major
-    cdef Step step = new_step(_pool_step, sizeof(_PoolArgs), work >= PARALLEL_MIN and args.rows > 1)
+    cdef Step step = new_step(_pool_step, sizeof(_PoolArgs),
+                              work >= PARALLEL_MIN and args.rows > 1, keep)
     (<_PoolArgs*>step.args)[0] = args
     return step
 
 
 def make_maxpool_ndarray_step(size_t x, size_t y, size_t indices, x_shape, y_shape, kernel,
-                              strides, pads_begin, dilations, int storage_order=0):
+                              strides, pads_begin, dilations, int storage_order=0,
+                              *, post_chain=(), Py_ssize_t channels=0, keep=()):
     """Step: y[n, c, o] = max over in-bounds taps of x[n, c, o * strides - pads_begin + t * dilations].
 
     x_shape (N, C, *spatial), y_shape (N, C, *out_spatial), 1 to 3 spatial axes; indices 0
@@ -482,45 +531,52 @@ def make_maxpool_ndarray_step(size_t x, size_t y, size_t indices, x_shape, y_sha
     rank = len(tuple(x_shape)) - 2
     return _window_step("maxpool_ndarray_fp32", POOL_MAX_INDEX if indices else POOL_MAX, 1, x,
                         y, indices, x_shape, y_shape, kernel, strides, pads_begin,
-                        (0,) * max(rank, 0), dilations, False, storage_order == 1)
+                        (0,) * max(rank, 0), dilations, False, storage_order == 1,
+                        post_chain, channels, keep)
 
 
 def make_avgpool_ndarray_step(size_t x, size_t y, x_shape, y_shape, kernel, strides,
-                              pads_begin, pads_end, dilations, bint count_include_pad):
+                              pads_begin, pads_end, dilations, bint count_include_pad,
+                              *, post_chain=(), Py_ssize_t channels=0, keep=()):
     """Step: y[n, c, o] = sum of in-bounds taps / count (taps in x, + pads if count_include_pad).
 
     Shapes as make_maxpool_ndarray_step; cells beyond pads_end (from ceil_mode) are never
     counted."""
     return _window_step("avgpool_ndarray_fp32", POOL_AVG, 1, x, y, 0, x_shape, y_shape, kernel,
-                        strides, pads_begin, pads_end, dilations, count_include_pad, False)
+                        strides, pads_begin, pads_end, dilations, count_include_pad, False,
+                        post_chain, channels, keep)
 
 
 def make_maxpool_n16cx_step(size_t x, size_t y, x_shape, y_shape, kernel, strides, pads_begin,
-                            dilations):
+                            dilations,
+                            *, post_chain=(), Py_ssize_t channels=0, keep=()):
     """Step: make_maxpool_ndarray_step's max for x_shape (N, Cb, *spatial, 16), y likewise."""
     rank = len(tuple(x_shape)) - 3
     return _window_step("maxpool_n16cx_fp32", POOL_MAX, LANES, x, y, 0, x_shape, y_shape,
                         kernel, strides, pads_begin, (0,) * max(rank, 0), dilations, False,
-                        False)
+                        False,
+                        post_chain, channels, keep)
 
 
 def make_avgpool_n16cx_step(size_t x, size_t y, x_shape, y_shape, kernel, strides, pads_begin,
-                            pads_end, dilations, bint count_include_pad):
+                            pads_end, dilations, bint count_include_pad,
+                            *, post_chain=(), Py_ssize_t channels=0, keep=()):
     """Step: make_avgpool_ndarray_step's average for x_shape (N, Cb, *spatial, 16)."""
     return _window_step("avgpool_n16cx_fp32", POOL_AVG, LANES, x, y, 0, x_shape, y_shape,
                         kernel, strides, pads_begin, pads_end, dilations, count_include_pad,
-                        False)
+                        False,
+                        post_chain, channels, keep)
 
 
 cdef Step _global_step_of(str op, size_t x, size_t y, Py_ssize_t items, Py_ssize_t n,
-                          bint blocked, bint is_max):
+                          bint blocked, bint is_max, post_chain, Py_ssize_t channels, keep):
     if items < 0 or n < 0:
         raise ValueError(f"{op}: negative size (items {items}, spatial size {n})")
     if items > 0 and n == 0:
         raise ValueError(f"{op}: empty spatial size")
     cdef Py_ssize_t work = items * n * (LANES if blocked else 1)
     cdef Step step = new_step(_global_step, sizeof(_GlobalArgs),
-                              work >= PARALLEL_MIN and items > 1)
+                              work >= PARALLEL_MIN and items > 1, keep)
     cdef _GlobalArgs* a = <_GlobalArgs*>step.args
     a.x = <const float*>x
     a.y = <float*>y
@@ -528,27 +584,36 @@ cdef Step _global_step_of(str op, size_t x, size_t y, Py_ssize_t items, Py_ssize
     a.n = n
     a.blocked = blocked
     a.is_max = is_max
+    _pool_chain(&a.chain, &a.chans, op, post_chain, channels, y, False)
     return step
 
 
-def make_global_avgpool_ndarray_step(size_t x, size_t y, Py_ssize_t rows, Py_ssize_t n):
+def make_global_avgpool_ndarray_step(size_t x, size_t y, Py_ssize_t rows, Py_ssize_t n,
+                                     *, post_chain=(), Py_ssize_t channels=0, keep=()):
     """Step: y[r] = sum(x[r, :]) / n for x (rows, n), rows = N * C, n the spatial size."""
-    return _global_step_of("global_avgpool_ndarray_fp32", x, y, rows, n, False, False)
+    return _global_step_of("global_avgpool_ndarray_fp32", x, y, rows, n, False, False,
+                           post_chain, channels, keep)
 
 
-def make_global_maxpool_ndarray_step(size_t x, size_t y, Py_ssize_t rows, Py_ssize_t n):
+def make_global_maxpool_ndarray_step(size_t x, size_t y, Py_ssize_t rows, Py_ssize_t n,
+                                     *, post_chain=(), Py_ssize_t channels=0, keep=()):
     """Step: y[r] = max(x[r, :]) for x (rows, n)."""
-    return _global_step_of("global_maxpool_ndarray_fp32", x, y, rows, n, False, True)
+    return _global_step_of("global_maxpool_ndarray_fp32", x, y, rows, n, False, True,
+                           post_chain, channels, keep)
 
 
-def make_global_avgpool_n16cx_step(size_t x, size_t y, Py_ssize_t planes, Py_ssize_t n):
+def make_global_avgpool_n16cx_step(size_t x, size_t y, Py_ssize_t planes, Py_ssize_t n,
+                                   *, post_chain=(), Py_ssize_t channels=0, keep=()):
     """Step: y[p, :] = sum(x[p, :, :], axis=0) / n for x (planes, n, 16), y (planes, 16)."""
-    return _global_step_of("global_avgpool_n16cx_fp32", x, y, planes, n, True, False)
+    return _global_step_of("global_avgpool_n16cx_fp32", x, y, planes, n, True, False,
+                           post_chain, channels, keep)
 
 
-def make_global_maxpool_n16cx_step(size_t x, size_t y, Py_ssize_t planes, Py_ssize_t n):
+def make_global_maxpool_n16cx_step(size_t x, size_t y, Py_ssize_t planes, Py_ssize_t n,
+                                   *, post_chain=(), Py_ssize_t channels=0, keep=()):
     """Step: y[p, :] = max(x[p, :, :], axis=0) for x (planes, n, 16), y (planes, 16)."""
-    return _global_step_of("global_maxpool_n16cx_fp32", x, y, planes, n, True, True)
+    return _global_step_of("global_maxpool_n16cx_fp32", x, y, planes, n, True, True,
+                           post_chain, channels, keep)
 
 
 # ---------------------------------------------------------------------------------------

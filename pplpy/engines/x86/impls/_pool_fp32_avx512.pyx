@@ -1,2 +1,6 @@
-# Pooling kernels, avx512 build: the body is _pool_fp32.pxi.
+# Pooling kernels, avx512 build: the body is _pool_fp32.pxi, vectors of 16 floats (post-op chains).
+cdef extern from *:
+    """
+    #define PPL_VLEN 16
+    """
 include "_pool_fp32.pxi"

@@ -1,2 +1,6 @@
-# Pooling kernels, fma build: the body is _pool_fp32.pxi.
+# Pooling kernels, fma build: the body is _pool_fp32.pxi, vectors of 8 floats (post-op chains).
+cdef extern from *:
+    """
+    #define PPL_VLEN 8
+    """
 include "_pool_fp32.pxi"

@@ -165,6 +165,27 @@ static __attribute__((noinline, unused)) void ppl_post_chain_tile(
         }
     }
 }
+/* Entries [first, ch->len) over n contiguous floats at c that all belong to channel
+ * `channel` (an NDARRAY output's channel plane: a transposed convolution's, a pool's): a
+ * per-channel operand is that channel's one value there, so a copy of the chain reads it
+ * per tensor, and ppl_post_chain_tile does the work. */
+static __attribute__((noinline, unused)) void ppl_post_chain_plane(
+        const ppl_post_chain *ch, int first, float *c, ptrdiff_t n, ptrdiff_t channel) {
+    static const float zero = 0.0f;
+    ppl_post_chain one;
+    one.len = ch->len;
+    one.nchan = ch->nchan;
+    one.dst = ch->dst;
+    for (int i = first; i < ch->len; i++) {
+        one.ops[i] = ch->ops[i];
+        if (one.ops[i].kind != PPL_PO_ELTWISE && one.ops[i].bcast == PPL_BC_CHANNEL) {
+            one.ops[i].bcast = PPL_BC_SCALAR;
+            one.ops[i].src = channel < ch->nchan ? ch->ops[i].src + channel : &zero;
+        }
+    }
+    ppl_post_chain_tile(&one, first, c, n, 16, 1, n, 0);
+}
+
 #undef PPL_PC_TILE
 #undef PPL_PC_ACT
 #undef PPL_PC_BC

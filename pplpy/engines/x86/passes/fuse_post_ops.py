@@ -1,5 +1,6 @@
-"""Fusion into post-op chains: the element-wise nodes that follow a Conv, Gemm, MatMul or
-pplpy::MatMulBias run inside that kernel's epilogue, while the output tile is still in
+"""Fusion into post-op chains: the element-wise nodes that follow a Conv, ConvTranspose,
+Gemm, MatMul, pplpy::MatMulBias or a pool (MaxPool without Indices, AveragePool, Global
+Average/MaxPool) run inside that kernel's epilogue, while the output tile is still in
 registers or L1 (oneDNN's post-ops, reference/000), instead of as passes over memory.
 
 What joins a producer's chain, in order, up to MAX_POST_OPS entries, each time the
@@ -9,10 +10,10 @@ format and float32:
 - an activation (a row of ops/onnx/elementwise.py's table; Clip with constant bounds):
   an eltwise entry;
 - Add, Mul, Max or Min of the output and another value, in either order, whose broadcast
-  to the output is per tensor (one value), per channel (Conv: axis 1; Gemm / MatMul: the
-  last axis) or per element (the output's own shape, and its format: N16CX for a conv):
-  a binary entry, or for Add per element the sum entry (ResNet's residual Add, so that
-  Conv -> Add(other branch) -> Relu becomes Conv with post-ops [sum, relu]);
+  to the output is per tensor (one value), per channel (Conv, ConvTranspose, pools: axis 1;
+  Gemm / MatMul: the last axis) or per element (the output's own shape, and its format:
+  N16CX for a conv): a binary entry, or for Add per element the sum entry (ResNet's residual
+  Add, so that Conv -> Add(other branch) -> Relu becomes Conv with post-ops [sum, relu]);
 - PRelu of the output, its slope broadcast as above: a prelu entry.
 
 Operands are other values of the graph (or constants), read by the kernel at run time: each
@@ -41,11 +42,21 @@ from pplpy.engines.x86.impls.post_ops import (MAX_POST_OPS, BinaryAlg, Broadcast
 # the chain to each batch entry.
 FUSING_PRODUCERS = {
     ("", "Conv"): (3, 1),
+    ("", "ConvTranspose"): (3, 1),
+    ("", "MaxPool"): (1, 1),
+    ("", "AveragePool"): (1, 1),
+    ("", "GlobalAveragePool"): (1, 1),
+    ("", "GlobalMaxPool"): (1, 1),
     ("", "Gemm"): (3, -1),
     ("", "MatMul"): (2, -1),
     ("pplpy", "MatMulBias"): (3, -1),
     # The same ops read back from a saved optimised model (ops/pplpy/standard_twins.py).
     ("pplpy", "Conv"): (3, 1),
+    ("pplpy", "ConvTranspose"): (3, 1),
+    ("pplpy", "MaxPool"): (1, 1),
+    ("pplpy", "AveragePool"): (1, 1),
+    ("pplpy", "GlobalAveragePool"): (1, 1),
+    ("pplpy", "GlobalMaxPool"): (1, 1),
     ("pplpy", "Gemm"): (3, -1),
     ("pplpy", "MatMul"): (2, -1),
 }
@@ -157,7 +168,7 @@ def _append_operand(graph, node, name):
 
 
 def fuse_post_ops(graph, ops):
-    """Fold element-wise readers into Conv/Gemm/MatMul chains; returns the number fused."""
+    """Fold element-wise readers into the chains of FUSING_PRODUCERS; returns the number fused."""
     fused = 0
     operands_added = False
     for node in graph.nodes:

@@ -474,14 +474,17 @@ def test_global_avgpool_large_plane(mod):
 
 
 def test_variants_are_one_body():
-    # Every variant is the shared body and nothing else, so all export the same names even
-    # where a tier cannot be imported on this CPU.
+    # Every variant is the shared body after its vector width (the post-op chains' vectors)
+    # and nothing else, so all export the same names even where a tier cannot be imported
+    # on this CPU.
     here = pathlib.Path(__file__).resolve()
     impls = here.parents[4] / "pplpy" / "engines" / "x86" / "impls"
+    widths = {"avx512": 16, "fma": 8, "sse": 4}
     for isa in ISA_NAMES:
         lines = (impls / f"_{FAMILY}_{isa}.pyx").read_text().splitlines()
         code = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-        assert code == [f'include "_{FAMILY}.pxi"'], isa
+        assert code == ["cdef extern from *:", '"""', f"#define PPL_VLEN {widths[isa]}", '"""',
+                        f'include "_{FAMILY}.pxi"'], isa
 
 
 def test_loadable_variants_export_the_same_names():
@@ -495,9 +498,11 @@ def test_loadable_variants_export_the_same_names():
     assert public, "no variant of pool_fp32 could be loaded"
     pools = [f"{kind}_{layout}" for kind in ("maxpool", "avgpool", "global_maxpool",
                                              "global_avgpool") for layout in ("ndarray", "n16cx")]
-    # The test wrappers, the step makers the kernels call, and run_steps the wrappers use.
+    # The test wrappers, the step makers the kernels call, run_steps the wrappers use, and
+    # the post-op names _post_chain_fp32.pxi imports.
     expected = sorted([f"{p}_fp32" for p in pools] + [f"make_{p}_step" for p in pools]
-                      + ["run_steps"])
+                      + ["run_steps", "BinaryAlg", "Broadcast", "MAX_POST_OPS", "PostOp",
+                         "PostOpKind"])
     for isa, names in public.items():
         assert names == expected, isa
 

@@ -1,10 +1,11 @@
 """Post-op chains (oneDNN's post-ops, reference/000) on Conv (N16CX), Gemm, MatMul and
-pplpy::MatMulBias (NDARRAY) through pplpy.load, against onnx.reference on the unfused model:
-chains of 2 to 4 entries of every kind (eltwise, sum, binary add/mul/max/min, prelu) and
-every broadcast (per tensor, per channel, per element), operands constant or computed at run
-time, every ISA tier, 1 and 2 threads (the same bits); a ResNet basic block fuses to two
-Conv nodes; near misses (an intermediate read twice, an operand that broadcasts the wrong
-way, one that widens the output) stay separate nodes."""
+pplpy::MatMulBias (NDARRAY) and ConvTranspose (both formats) through pplpy.load, against
+onnx.reference on the unfused model: chains of 1 (ConvTranspose) or 2 to 4 entries of every
+kind (eltwise, sum, binary add/mul/max/min, prelu) and every broadcast (per tensor, per
+channel, per element), operands constant or computed at run time, every ISA tier, 1 and 2
+threads (the same bits); a ResNet basic block fuses to two Conv nodes; near misses (an
+intermediate read twice, an operand that broadcasts the wrong way, one that widens the output)
+stay separate nodes."""
 
 import numpy as np
 import onnx
@@ -29,7 +30,8 @@ def node(op_type, inputs, output, **attrs):
     return helper.make_node(op_type, inputs, [output], **attrs)
 
 
-PRODUCERS = {"Conv", "Gemm", "MatMul", "MatMulBias"}
+POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+PRODUCERS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "MatMulBias"} | POOLS
 
 
 def writer(rt, name):
@@ -52,11 +54,11 @@ def onnxruntime_reference(model, feeds):
     return session.run(None, feeds)[0]
 
 
-def load_and_check(model, feeds, isa, tmp_path, kinds, oracle=reference):
+def load_and_check(model, feeds, isa, tmp_path, kinds, oracle=reference, min_len=2):
     """Fused runtimes (1 and 2 threads) match onnx.reference and each other; nothing but
     producers (and reorders) is left, and the chain of the one writing y has the kinds
     ``kinds`` (less leading Adds and Muls the optimiser folded into the producer's weights and
-    bias), two entries at least; the
+    bias), ``min_len`` entries at least; the
     unfused build matches too.  Returns the fused runtime and that chain."""
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
@@ -70,7 +72,7 @@ def load_and_check(model, feeds, isa, tmp_path, kinds, oracle=reference):
         got = [e.kind for e in post_ops]
         folded = len(kinds) - len(got)
         assert got == kinds[folded:] and all(k is PostOpKind.BINARY for k in kinds[:folded])
-        assert len(got) >= 2, got
+        assert len(got) >= min_len, got
         results.append(rt.run(feeds)["y"])
     # absolute error relative to the output's scale: Winograd's transforms round more
     atol = 1e-4 * max(1.0, float(np.abs(want).max()))
@@ -169,6 +171,160 @@ def test_gemm_chains(isa, producer, chain, tmp_path):
         head = [node("MatMul", ["a", "bw"], "t")]
     model = make_model(head + tail, inputs_of(feeds), [("y", FLOAT, None)], inits, opset=20)
     load_and_check(model, feeds, isa, tmp_path, kinds)
+
+
+# ConvTranspose (stride 2, output_padding 1; 21 output channels: chunks of 16 and 5, or 3
+# groups of 7 whose chunks straddle N16CX blocks), NDARRAY from the graph input or N16CX
+# after a Conv.  "r" an element operand computed at run time (another ConvTranspose of the
+# same shape and format), "cv" per channel at run time; constants "s", "ch", "sl".  Only
+# activations with f(0) = 0 in N16CX chains (the padding lanes rule).
+DECONV_CHAINS = {
+    "relu": ([node("Relu", ["t"], "y")], [PostOpKind.ELTWISE]),
+    "add-cv": ([node("Add", ["cv", "t"], "y")], [PostOpKind.BINARY]),
+    "sum-relu": ([node("Add", ["t", "r"], "u"), node("Relu", ["u"], "y")],
+                 [PostOpKind.SUM, PostOpKind.ELTWISE]),
+    "tanh-max-r-min-s": ([node("Tanh", ["t"], "u"), node("Max", ["r", "u"], "v"),
+                          node("Min", ["v", "s"], "y")],
+                         [PostOpKind.ELTWISE, PostOpKind.BINARY, PostOpKind.BINARY]),
+    "mul-ch-add-s-prelu-ch": ([node("Mul", ["ch", "t"], "u"), node("Add", ["u", "s"], "v"),
+                               node("PRelu", ["v", "sl"], "y")],
+                              [PostOpKind.BINARY, PostOpKind.BINARY, PostOpKind.PRELU]),
+    "prelu-s-mul-r-clip": ([node("PRelu", ["t", "s"], "u"), node("Mul", ["u", "r"], "v"),
+                            node("Clip", ["v", "lo", "hi"], "y")],
+                           [PostOpKind.PRELU, PostOpKind.BINARY, PostOpKind.ELTWISE]),
+}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout", ["ndarray", "n16cx"])
+@pytest.mark.parametrize("group", [1, 3])
+@pytest.mark.parametrize("chain", sorted(DECONV_CHAINS))
+def test_conv_transpose_chains(isa, layout, group, chain, tmp_path):
+    ic, oc = 12, 21
+    tail, kinds = DECONV_CHAINS[chain]
+    attrs = dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1], group=group)
+    src = "h" if layout == "n16cx" else "x"
+    head = [node("Conv", ["x", "wc"], "h")] if layout == "n16cx" else []
+    nodes = head + [node("ConvTranspose", [src, "w", "b"], "t", **attrs),
+                    node("ConvTranspose", [src, "w2"], "r", **attrs)] + tail
+    inits = [("wc", rand(ic, ic, 1, 1)), ("w", rand(ic, oc // group, 3, 3)), ("b", rand(oc)),
+             ("w2", rand(ic, oc // group, 3, 3)), ("s", np.array([0.25], np.float32)),
+             ("ch", rand(oc, 1, 1)), ("sl", rand(oc, 1, 1)),
+             ("lo", np.float32(-0.5)), ("hi", np.float32(1.5))]
+    feeds = {"x": rand(2, ic, 5, 6), "cv": rand(oc, 1, 1)}
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)], inits, opset=20)
+    # onnx.reference (1.23) fails on a grouped ConvTranspose: ONNX Runtime is the oracle there
+    oracle = reference if group == 1 else onnxruntime_reference
+    rt, _ = load_and_check(model, feeds, isa, tmp_path, kinds, oracle, min_len=1)
+    fused = writer(rt, "y")
+    assert fused.op_type == "ConvTranspose"
+    assert rt.graph.values[fused.outputs[0]].format.name == layout.upper()
+
+
+def test_conv_transpose_chain_survives_save_and_reload(tmp_path):
+    """A ConvTranspose with post-ops is saved as pplpy::ConvTranspose and runs the same."""
+    feeds = {"x": rand(1, 4, 5, 5)}
+    nodes = [node("ConvTranspose", ["x", "w"], "t", strides=[2, 2]),
+             node("Add", ["t", "s"], "u"), node("Relu", ["u"], "y")]
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)],
+                       [("w", rand(4, 5, 3, 3)), ("s", np.array([0.1], np.float32))])
+    onnx.save(model, tmp_path / "m.onnx")
+    rt = pplpy.load(tmp_path / "m.onnx")
+    saved = tmp_path / "saved.onnx"
+    pplpy.save_optimized_model(tmp_path / "m.onnx", saved)
+    back = pplpy.load(saved)
+    assert [n.op_type for n in back.graph.nodes if n.op_type != "Reorder"] == ["ConvTranspose"]
+    np.testing.assert_array_equal(back.run(feeds)["y"], rt.run(feeds)["y"])
+    np.testing.assert_allclose(rt.run(feeds)["y"], reference(model, feeds), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_conv_transpose_operand_per_pixel_does_not_fuse(tmp_path):
+    feeds = {"x": rand(1, 8, 6, 6), "o": rand(1, 1, 6, 6)}
+    nodes = [node("ConvTranspose", ["x", "w"], "t"), node("Mul", ["t", "o"], "y")]
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)], [("w", rand(8, 8, 1, 1))])
+    assert unfused(model, feeds, tmp_path, "ConvTranspose") == ["ConvTranspose", "Mul"]
+
+
+# Pools (21 channels: a partial N16CX block), NDARRAY from the graph input or N16CX after a
+# Conv.  "r" an element operand computed at run time (the same pool of another input, same
+# format), "cv" per channel at run time; constants "s", "ch", "sl".
+POOL_CHAINS = {
+    "relu": ([node("Relu", ["t"], "y")], [PostOpKind.ELTWISE]),
+    "add-ch": ([node("Add", ["t", "ch"], "y")], [PostOpKind.BINARY]),
+    "sum-relu": ([node("Add", ["r", "t"], "u"), node("Relu", ["u"], "y")],
+                 [PostOpKind.SUM, PostOpKind.ELTWISE]),
+    "mul-cv-max-s-prelu-ch": ([node("Mul", ["t", "cv"], "u"), node("Max", ["u", "s"], "v"),
+                               node("PRelu", ["v", "sl"], "y")],
+                              [PostOpKind.BINARY, PostOpKind.BINARY, PostOpKind.PRELU]),
+    "tanh-min-r-clip": ([node("Tanh", ["t"], "u"), node("Min", ["r", "u"], "v"),
+                         node("Clip", ["v", "lo", "hi"], "y")],
+                        [PostOpKind.ELTWISE, PostOpKind.BINARY, PostOpKind.ELTWISE]),
+}
+POOL_NODES = {
+    "MaxPool": dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "AveragePool": dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 1],
+                        count_include_pad=1),
+    "GlobalAveragePool": {},
+    "GlobalMaxPool": {},
+}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout", ["ndarray", "n16cx"])
+@pytest.mark.parametrize("pool", sorted(POOL_NODES))
+@pytest.mark.parametrize("chain", sorted(POOL_CHAINS))
+def test_pool_chains(isa, layout, pool, chain, tmp_path):
+    c = 21
+    tail, kinds = POOL_CHAINS[chain]
+    attrs = POOL_NODES[pool]
+    if layout == "n16cx":
+        head, src, src2 = [node("Conv", ["x", "wc"], "h"), node("Conv", ["x2", "wc"], "h2")], \
+            "h", "h2"
+    else:
+        head, src, src2 = [], "x", "x2"
+    nodes = head + [node(pool, [src], "t", **attrs), node(pool, [src2], "r", **attrs)] + tail
+    inits = [("wc", rand(c, c, 1, 1)), ("s", np.array([0.25], np.float32)),
+             ("ch", rand(c, 1, 1)), ("sl", rand(c, 1, 1)),
+             ("lo", np.float32(-0.5)), ("hi", np.float32(1.5))]
+    feeds = {"x": rand(2, c, 7, 9), "x2": rand(2, c, 7, 9), "cv": rand(c, 1, 1)}
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)], inits, opset=20)
+    rt, _ = load_and_check(model, feeds, isa, tmp_path, kinds, min_len=1)
+    fused = writer(rt, "y")
+    assert fused.op_type == pool
+    assert rt.graph.values[fused.outputs[0]].format.name == layout.upper()
+
+
+def test_pool_chain_survives_save_and_reload(tmp_path):
+    """A pool with post-ops is saved as its pplpy-domain twin and runs the same."""
+    feeds = {"x": rand(1, 5, 6, 6), "cv": rand(1, 5, 1, 1)}
+    nodes = [node("MaxPool", ["x"], "t", kernel_shape=[2, 2]), node("Mul", ["t", "cv"], "u"),
+             node("Relu", ["u"], "y")]
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)])
+    onnx.save(model, tmp_path / "m.onnx")
+    rt = pplpy.load(tmp_path / "m.onnx")
+    pplpy.save_optimized_model(tmp_path / "m.onnx", tmp_path / "saved.onnx")
+    back = pplpy.load(tmp_path / "saved.onnx")
+    assert [n.op_type for n in back.graph.nodes if n.op_type != "Reorder"] == ["MaxPool"]
+    np.testing.assert_array_equal(back.run(feeds)["y"], rt.run(feeds)["y"])
+    np.testing.assert_allclose(rt.run(feeds)["y"], reference(model, feeds), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_maxpool_with_indices_does_not_fuse(tmp_path):
+    feeds = {"x": rand(1, 4, 6, 6)}
+    nodes = [helper.make_node("MaxPool", ["x"], ["t", "i"], kernel_shape=[2, 2]),
+             node("Relu", ["t"], "y")]
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)])
+    assert unfused(model, feeds, tmp_path, "MaxPool") == ["MaxPool", "Relu"]
+
+
+def test_pool_operand_per_pixel_does_not_fuse(tmp_path):
+    feeds = {"x": rand(1, 8, 6, 6), "o": rand(1, 1, 3, 3)}
+    nodes = [node("AveragePool", ["x"], "t", kernel_shape=[2, 2], strides=[2, 2]),
+             node("Add", ["t", "o"], "y")]
+    model = make_model(nodes, inputs_of(feeds), [("y", FLOAT, None)])
+    assert unfused(model, feeds, tmp_path, "AveragePool") == ["AveragePool", "Add"]
 
 
 def resnet_block(c=24, hw=8):

@@ -4,7 +4,8 @@ The impl computes, per image and group, col = x^T . W (the brgemm microkernel ov
 panels) and scatter-adds col into the output (col2im), bias first.  A 2-D ConvTranspose keeps
 N16CX when its input arrives blocked (a segmentation decoder between N16CX convs); otherwise
 it runs in NDARRAY.  A constant weight is packed once when the kernel is made; a weight
-computed at run time is packed by a first step of the plan.
+computed at run time is packed by a first step of the plan.  Element-wise nodes after it
+may run in its kernel as a post-op chain (passes/fuse_post_ops.py; ``op.post_ops``).
 
 Output size and pads follow the operator's spec: with output_shape (or auto_pad SAME_*,
 which asks for input * stride) the total padding
@@ -19,6 +20,7 @@ from pplpy.common.data_format import DataFormat
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
+from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.params.onnx import ConvTransposeParam
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
@@ -49,8 +51,9 @@ class ConvTransposeKernel(X86Kernel):
         self.packed_data = self.packed_w  # where Runtime.memory() counts kernels' weights
         b = op.constant(2) if op.input_present(2) else None
         self.bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None else None
+        self.post_chain = PostChain(op)  # set by the fusion pass
         self.packed_inputs = tuple(i for i, v in ((1, self.packed_w), (2, self.bias))
-                                   if v is not None)
+                                   if v is not None) + self.post_chain.packed_inputs
 
     def make_step(self, io):
         if not self.has_work(io):
@@ -60,7 +63,7 @@ class ConvTransposeKernel(X86Kernel):
         dims, w_dims, y_dims = x.shape.dims, w.shape.dims, y.shape.dims
         geo = self.op.geometry(dims, w_dims)
         keep = [x.array, y.array]
-        kwargs = {}
+        kwargs = {"post_chain": self.post_chain.step_chain(io, y_dims[1], keep)}
         if self.packed_w is not None:
             kwargs["packed_w"] = self.packed_w
         else:

@@ -5,6 +5,8 @@ shared with Conv: ``pool_window`` gives shape inference and the kernels one Pool
 2-D pools keep N16CX when their input arrives blocked; 1-D and 3-D pools and MaxPool with
 an Indices output run in NDARRAY.  Each kernel hands the plan one compiled step from the
 pool_fp32 impls (``make_*_step``), which split output rows across the thread team.
+Element-wise nodes after a pool may run in its step as a post-op chain on each output row
+(passes/fuse_post_ops.py; ``op.post_ops``), except after a MaxPool with Indices.
 """
 
 import math
@@ -16,6 +18,7 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.params.onnx import AveragePoolParam, MaxPoolParam
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
+from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.oputils.onnx.pool_geometry import pool_window
 
 
@@ -25,7 +28,23 @@ def _physical(slot):
     return tuple(shape.physical_dims if shape.data_format is DataFormat.N16CX else shape.dims)
 
 
-class WindowPoolKernel(X86Kernel):
+class ChainedPoolKernel(X86Kernel):
+    """A pool kernel whose step may carry the node's post-op chain."""
+
+    def __init__(self, op):
+        super().__init__(op)
+        self.post_chain = PostChain(op)  # set by the fusion pass
+        self.packed_inputs = self.post_chain.packed_inputs
+
+    def chain_kwargs(self, io):
+        """make_*_step's post_chain, channels and keep arguments for this io."""
+        keep = []
+        chain = self.post_chain.step_chain(io, io.outputs[0].shape.dims[1], keep)
+        return {"post_chain": chain, "channels": io.outputs[0].shape.dims[1],
+                "keep": tuple(keep)}
+
+
+class WindowPoolKernel(ChainedPoolKernel):
     def window(self, io):
         """The PoolWindow of this step's input shape."""
         return self.op.geometry(io.inputs[0].shape.dims)
@@ -43,12 +62,13 @@ class MaxPoolKernel(WindowPoolKernel):
         if y.shape.data_format is DataFormat.N16CX:
             return impl.make_maxpool_n16cx_step(x.address, y.address, _physical(x),
                                                 _physical(y), w.kernel, w.strides,
-                                                w.pads_begin, w.dilations)
+                                                w.pads_begin, w.dilations,
+                                                **self.chain_kwargs(io))
         indices = io.outputs[1] if len(io.outputs) > 1 else None
         return impl.make_maxpool_ndarray_step(
             x.address, y.address, indices.address if indices is not None else 0, _physical(x),
             _physical(y), w.kernel, w.strides, w.pads_begin, w.dilations,
-            getattr(self.param, "storage_order", 0) or 0)
+            getattr(self.param, "storage_order", 0) or 0, **self.chain_kwargs(io))
 
 
 class AveragePoolKernel(WindowPoolKernel):
@@ -64,10 +84,11 @@ class AveragePoolKernel(WindowPoolKernel):
         make = (impl.make_avgpool_n16cx_step if y.shape.data_format is DataFormat.N16CX
                 else impl.make_avgpool_ndarray_step)
         return make(x.address, y.address, _physical(x), _physical(y), w.kernel, w.strides,
-                    w.pads_begin, w.pads_end, w.dilations, include_pad)
+                    w.pads_begin, w.pads_end, w.dilations, include_pad,
+                    **self.chain_kwargs(io))
 
 
-class GlobalPoolKernel(X86Kernel):
+class GlobalPoolKernel(ChainedPoolKernel):
     """y[n, c] = mean (kind "avg") or max (kind "max") of x[n, c, ...]."""
 
     def __init__(self, op, kind):
@@ -83,9 +104,10 @@ class GlobalPoolKernel(X86Kernel):
         size = math.prod(spatial)
         if x.shape.data_format is DataFormat.N16CX:
             make = getattr(impl, f"make_global_{self.kind}pool_n16cx_step")
-            return make(x.address, y.address, n * _physical(x)[1], size)
+            return make(x.address, y.address, n * _physical(x)[1], size,
+                        **self.chain_kwargs(io))
         make = getattr(impl, f"make_global_{self.kind}pool_ndarray_step")
-        return make(x.address, y.address, n * c, size)
+        return make(x.address, y.address, n * c, size, **self.chain_kwargs(io))
 
 
 class WindowPoolOp(X86OptKernel):

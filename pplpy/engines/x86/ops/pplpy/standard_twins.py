@@ -3,9 +3,9 @@ save_model.py) writes a node the ONNX domain cannot hold, and how pplpy reads it
 
 Two cases need one:
 
-- a Conv / Gemm / MatMul with post-ops fused into its epilogue (``op.post_ops``): written as
-  ``pplpy::Conv`` etc. with the op's own attributes plus the post-op attributes of
-  ops/post_op_attributes.py;
+- a Conv / ConvTranspose / Gemm / MatMul / pool with post-ops fused into its epilogue
+  (``op.post_ops``): written as ``pplpy::Conv`` etc. with the op's own attributes plus the
+  post-op attributes of ops/post_op_attributes.py;
 - a node the graph optimiser wrote at an opset newer than the model imports (Gelu is opset
   20, LayerNormalization 17, Attention 23, RMSNormalization 23, HardSwish 14 whatever the
   model says): written as ``pplpy::Gelu`` etc., so the model keeps its own ai.onnx opset.
@@ -43,6 +43,11 @@ class Twin:
 
 TWINS = {
     "Conv": Twin(LATEST_OPSET, True),
+    "ConvTranspose": Twin(LATEST_OPSET, True),
+    "MaxPool": Twin(LATEST_OPSET, True),
+    "AveragePool": Twin(LATEST_OPSET, True),
+    "GlobalAveragePool": Twin(LATEST_OPSET, True),
+    "GlobalMaxPool": Twin(LATEST_OPSET, True),
     "Gemm": Twin(LATEST_OPSET, True),
     "MatMul": Twin(LATEST_OPSET, True),
     "Gelu": Twin(GELU_OPSET, False),
