@@ -11,13 +11,16 @@
 # past N, so the microkernel streams one panel row per k with unit-stride vector loads.  A
 # constant B is packed once (gemm_pack_b, when the kernel is made).  The multiply is blocked
 # Goto-style: a work item is one batch entry x a block of rows x a group of panels; inside
-# it K is cut into chunks of at most _KC_FLOATS / PPL_NB (16 KB of panel: half of L1, so
-# the rows of A beside it stay too) so that one panel chunk stays in L1 while the tiles of
-# the row block stream past it.  Each K chunk of the row block's A is first copied into the
-# thread's scratch with a row stride of the chunk plus one cache line: A's own row stride is
-# often a multiple of 4 KB (K = 768 x 4 B x 4, K = 3072 x 4 B), which puts the 14 rows a tile
-# broadcasts from in one L1 set, and the tile then reads A from L2 (K = 3072 ran at half of
-# peak).  The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
+# it K is cut into chunks whose copy of A (below) takes at most _A_CHUNK_FLOATS (half of a
+# 1 MB L2) and at most _KC_MAX long.  Chunks as short as an L1-sized panel chunk (128 at
+# AVX-512) measured 10% slower on 128x768x3072 than 1024: every chunk costs each tile an
+# epilogue pass over C, and Zen 4's L2 feeds a tile's panel fast enough.  (Prefetching the
+# next panel into L2 while the tiles go through one measured no faster on BERT-base: the
+# hardware prefetchers already follow the panel stream.)  Each K chunk of the row block's
+# A is first copied into the thread's scratch with a row stride of the chunk plus one
+# cache line: A's own row stride is often a multiple of 4 KB (K = 3072 x 4 B; K = 768 puts
+# every fourth row together), which puts the 14 rows a tile broadcasts from in one L1 set,
+# and the tile then reads A from L2 (K = 3072 ran at about half of peak).  The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
 # 2 x 12 rather than 9 x 14 + 2: a 2-row tile loads as much B per FMA as it computes).
 # Work items are independent output blocks: thread tid of the team takes its contiguous
 # share (ppl_partition), no barrier needed; panel groups are near-equal and their count is
@@ -46,7 +49,9 @@ _POST_OPS = frozenset(int(code) for code in PostOp)
 include "_brgemm_fp32.pxi"
 
 cdef enum:
-    _KC_FLOATS = 4096   # K chunk: a panel chunk of at most this many floats (16 KB, half L1)
+    _KC_MAX = 1024              # K chunk at most this long
+    _KC_MIN = 256               # and at least this (when K is)
+    _A_CHUNK_FLOATS = 1 << 17   # copied A chunk at most this many floats (512 KB)
     _A_PAD = 16         # floats past each row of the copied A chunk (one cache line)
     _MC_TILES = 16      # register tiles per row block (96 rows at fma): A block in L2
     _MAX_GROUP_COLS = 256   # columns per work item at most
@@ -324,9 +329,6 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     # Even row blocks and K chunks: ceil-divide the count, then the size.
     cdef Py_ssize_t nmblocks = (mtiles + _MC_TILES - 1) // _MC_TILES
     cdef Py_ssize_t tiles_per_block = (mtiles + nmblocks - 1) // nmblocks
-    cdef Py_ssize_t kc_max = _KC_FLOATS // PPL_NB
-    cdef Py_ssize_t nkc = max(1, (k + kc_max - 1) // kc_max)
-    cdef Py_ssize_t kc = (k + nkc - 1) // nkc if k > 0 else 1
     # Panel groups: at most _MAX_GROUP_COLS wide, and enough of them that a matrix-vector
     # shape (one row block) still gives every thread several items: M = 1 splits over N.
     cdef Py_ssize_t row_items = batch * (1 if not b_packed else nmblocks)
@@ -339,6 +341,10 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     ngroups = min(ngroups, npanels)
     cdef Py_ssize_t panels_per_group = (npanels + ngroups - 1) // ngroups
     cdef Py_ssize_t rows_per_block = tiles_per_block * PPL_MR
+    cdef Py_ssize_t kc_max = min(<Py_ssize_t>_KC_MAX, max(<Py_ssize_t>_KC_MIN,
+                                                          _A_CHUNK_FLOATS // rows_per_block))
+    cdef Py_ssize_t nkc = max(1, (k + kc_max - 1) // kc_max)
+    cdef Py_ssize_t kc = (k + nkc - 1) // nkc if k > 0 else 1
     cdef Py_ssize_t lda_pack = (kc + 15) // 16 * 16 + _A_PAD
 
     # per thread: the panel group packed at run time (raw B), then the copied A chunk
