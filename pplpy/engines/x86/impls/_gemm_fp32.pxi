@@ -11,19 +11,30 @@
 # past N, so the microkernel streams one panel row per k with unit-stride vector loads.  A
 # constant B is packed once (gemm_pack_b, when the kernel is made).  The multiply is blocked
 # Goto-style: a work item is one batch entry x a block of rows x a group of panels; inside
-# it K is cut into chunks of at most _KC so that one panel chunk stays in L1 while the tiles
-# of the row block (kept in L2) stream past it.  Work items are independent output blocks:
-# thread tid of the team takes its contiguous share (ppl_partition), no barrier needed.
+# it K is cut into chunks whose copy of A (below) takes at most _A_CHUNK_FLOATS (half of a
+# 1 MB L2) and at most _KC_MAX long.  Chunks as short as an L1-sized panel chunk (128 at
+# AVX-512) measured 10% slower on 128x768x3072 than 1024: every chunk costs each tile an
+# epilogue pass over C, and Zen 4's L2 feeds a tile's panel fast enough.  (Prefetching the
+# next panel into L2 while the tiles go through one measured no faster on BERT-base: the
+# hardware prefetchers already follow the panel stream.)  Each K chunk of the row block's
+# A is first copied into the thread's scratch with a row stride of the chunk plus one
+# cache line: A's own row stride is often a multiple of 4 KB (K = 3072 x 4 B; K = 768 puts
+# every fourth row together), which puts the 14 rows a tile broadcasts from in one L1 set,
+# and the tile then reads A from L2 (K = 3072 ran at about half of peak).  The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
+# 2 x 12 rather than 9 x 14 + 2: a 2-row tile loads as much B per FMA as it computes).
+# Work items are independent output blocks: thread tid of the team takes its contiguous
+# share (ppl_partition), no barrier needed; panel groups are near-equal and their count is
+# chosen so that every thread gets the same number of items where the panels allow it.
 #
 # Inputs that are not ready for the microkernel are prepared inside the item that uses them,
 # so that one step (no barrier) does the whole op:
 #   raw B (computed at run time)   an item spans every row block of its entry and packs its
 #                                  own panel group first, into its thread's scratch: each
 #                                  panel is packed once per entry
-#   A stored transposed (transA)   each item copies its rows into its thread's scratch
+#   A stored transposed (transA)   the K-chunk copy of A above reads it transposed
 #   C broadcast at run time        added by the item after its tiles, with the post-op
-# The split into items does not depend on the thread count, so every thread count gives the
-# same bits.
+# Every output element is one tile's sum over the same K chunks whatever the split into
+# items, so every thread count gives the same bits.
 
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
@@ -38,7 +49,10 @@ _POST_OPS = frozenset(int(code) for code in PostOp)
 include "_brgemm_fp32.pxi"
 
 cdef enum:
-    _KC = 256           # K chunk: a panel chunk of _KC x PPL_NB floats fits in L1 (16 KB fma)
+    _KC_MAX = 1024              # K chunk at most this long
+    _KC_MIN = 256               # and at least this (when K is)
+    _A_CHUNK_FLOATS = 1 << 17   # copied A chunk at most this many floats (512 KB)
+    _A_PAD = 16         # floats past each row of the copied A chunk (one cache line)
     _MC_TILES = 16      # register tiles per row block (96 rows at fma): A block in L2
     _MAX_GROUP_COLS = 256   # columns per work item at most
     _ITEMS_PER_THREAD = 4   # enough work items to balance threads on small shapes
@@ -63,6 +77,7 @@ ctypedef struct _GemmArgs:
     float c_beta
     ppl_post_chain chain        # the post-ops; when c is set, applied after C (ep has none)
     Py_ssize_t npanels, nmblocks, rows_per_block, ngroups, panels_per_group, kc
+    Py_ssize_t lda_pack         # row stride of the copied A chunk (kc + _A_PAD)
     float *scratch              # max_threads slices of scratch_floats
     Py_ssize_t scratch_floats
     int max_threads
@@ -116,20 +131,48 @@ def gemm_pack_b(b, bint trans_b):
     return packed
 
 
-cdef void _gemm_block(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_t k,
-                      Py_ssize_t n, float *out, const ppl_epilogue *ep_final,
-                      Py_ssize_t row_lo, Py_ssize_t row_hi, Py_ssize_t panel_lo,
-                      Py_ssize_t panel_hi, Py_ssize_t kc) noexcept nogil:
-    """out[rows, panels] of the product, K chunk by K chunk (first chunk adds addend and
-    bias, last applies the post-op).  a points at row 0 of the entry (row r at + r * lda),
-    pb at panel panel_lo."""
+cdef void _copy_a_chunk(const float *a, Py_ssize_t lda, int trans_a, Py_ssize_t nrows,
+                        Py_ssize_t k0, Py_ssize_t kc_len, float *dst,
+                        Py_ssize_t ldd) noexcept nogil:
+    """dst[r * ldd + kk] = A[r, k0 + kk] for r < nrows, kk < kc_len; A's row r at a + r * lda
+    (or, with trans_a, column r of the stored K x M)."""
+    cdef Py_ssize_t r, kk
+    cdef const float *src
+    cdef float *d
+    if trans_a:
+        for kk in range(kc_len):
+            src = a + (k0 + kk) * lda
+            for r in range(nrows):
+                dst[r * ldd + kk] = src[r]
+    else:
+        for r in range(nrows):
+            src = a + r * lda + k0
+            d = dst + r * ldd
+            for kk in range(kc_len):
+                d[kk] = src[kk]
+
+
+cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack,
+                      Py_ssize_t lda_pack, const float *pb, Py_ssize_t k, Py_ssize_t n,
+                      float *out, const ppl_epilogue *ep_final, Py_ssize_t nrows,
+                      Py_ssize_t panel_lo, Py_ssize_t panel_hi,
+                      Py_ssize_t kc) noexcept nogil:
+    """out[rows [0, nrows), panels] of the product, K chunk by K chunk (first chunk adds
+    addend and bias, last applies the post-op).  a points at row 0 of the block (row r at
+    + r * lda, or with trans_a column r of a K x M matrix), pb at panel panel_lo; each K
+    chunk of A goes through a_pack (nrows x lda_pack floats) first."""
     cdef ppl_epilogue ep
-    cdef Py_ssize_t k0 = 0, p, row0, kc_len
+    cdef Py_ssize_t k0 = 0, p, row0, kc_len, tile, ntiles, tile_rows, taller
     cdef const float *a_ptr
     cdef const float *b_ptr
     cdef int mm, n_valid
+    # near-equal tiles: the first `taller` tiles have one row more
+    ntiles = (nrows + PPL_MR - 1) // PPL_MR
+    tile_rows = nrows // ntiles
+    taller = nrows - tile_rows * ntiles
     while True:  # at least one chunk: k = 0 still writes the epilogue
         kc_len = min(kc, k - k0)
+        _copy_a_chunk(a, lda, trans_a, nrows, k0, kc_len, a_pack, lda_pack)
         ep = ep_final[0]
         if k0 > 0:
             ep.accumulate = 1
@@ -142,16 +185,16 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, const float *pb, Py_ssize_
         for p in range(panel_lo, panel_hi):
             n_valid = <int>min(<Py_ssize_t>PPL_NB, n - p * PPL_NB)
             ep.col0 = p * PPL_NB
-            row0 = row_lo
-            while row0 < row_hi:
-                mm = <int>min(<Py_ssize_t>PPL_MR, row_hi - row0)
-                a_ptr = a + row0 * lda + k0
+            row0 = 0
+            for tile in range(ntiles):
+                mm = <int>(tile_rows + (1 if tile < taller else 0))
+                a_ptr = a_pack + row0 * lda_pack
                 b_ptr = pb + ((p - panel_lo) * k + k0) * PPL_NB
                 if k0 == 0 and ep_final.addend != NULL:
                     ep.addend = &ep_final.addend[row0 * n + p * PPL_NB]
                 if k0 == 0 and ep_final.bias != NULL:
                     ep.bias = &ep_final.bias[p * PPL_NB]
-                ppl_brgemm(mm, n_valid, 1, &a_ptr, &b_ptr, kc_len, lda,
+                ppl_brgemm(mm, n_valid, 1, &a_ptr, &b_ptr, kc_len, lda_pack,
                            out + row0 * n + p * PPL_NB, n, PPL_CB, &ep)
                 row0 += mm
         k0 += kc_len
@@ -179,30 +222,28 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
     """Work items (entry, row-block range, panel group) [begin, end) of this thread."""
     cdef const _GemmArgs *g = <const _GemmArgs *>args
     cdef Py_ssize_t nmitems = 1 if g.pack_b else g.nmblocks
-    cdef Py_ssize_t begin, end, item, rest, grp, bi, mb_lo, mb_hi, mb, r, kk
+    cdef Py_ssize_t begin, end, item, rest, grp, bi, mb_lo, mb_hi, mb
     cdef Py_ssize_t row_lo, row_hi, p_lo, p_hi
     cdef const float *a_e
-    cdef const float *a_blk
     cdef const float *pb
     cdef float *out_e
     cdef float *scratch_a = NULL
     cdef float *scratch_b = NULL
-    cdef Py_ssize_t lda
     cdef ppl_epilogue ep
     if nthreads > g.max_threads:  # a larger team than the scratch was made for
         if tid >= g.max_threads:
             return
         nthreads = g.max_threads
-    if g.scratch != NULL:
-        scratch_b = g.scratch + tid * g.scratch_floats
-        scratch_a = scratch_b + (g.panels_per_group * g.k * PPL_NB if g.pack_b else 0)
+    scratch_b = g.scratch + tid * g.scratch_floats
+    scratch_a = scratch_b + (g.panels_per_group * g.k * PPL_NB if g.pack_b else 0)
     ppl_partition(g.batch * nmitems * g.ngroups, tid, nthreads, &begin, &end)
     for item in range(begin, end):
         grp = item % g.ngroups
         rest = item // g.ngroups
         bi = rest // nmitems
-        p_lo = grp * g.panels_per_group
-        p_hi = min(g.npanels, p_lo + g.panels_per_group)
+        # near-equal groups (panels_per_group is the largest)
+        p_lo = grp * g.npanels // g.ngroups
+        p_hi = (grp + 1) * g.npanels // g.ngroups
         if g.pack_b:
             mb_lo, mb_hi = 0, g.nmblocks
             _pack_panels(g.b + g.b_off[bi], g.b_sk, g.b_sn, g.k, g.n, p_lo, p_hi, scratch_b)
@@ -211,6 +252,8 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
             mb_lo = rest % nmitems
             mb_hi = mb_lo + 1
             pb = g.b + g.b_off[bi] + p_lo * g.k * PPL_NB
+        if p_lo >= p_hi:
+            continue
         a_e = g.a + g.a_off[bi]
         out_e = g.out + bi * g.m * g.n
         for mb in range(mb_lo, mb_hi):
@@ -220,16 +263,9 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
             ep = g.ep
             if ep.addend != NULL:
                 ep.addend = ep.addend + (bi * g.m + row_lo) * g.n
-            if g.trans_a:  # rows [row_lo, row_hi) of A = columns of the stored K x M
-                for r in range(row_lo, row_hi):
-                    for kk in range(g.k):
-                        scratch_a[(r - row_lo) * g.k + kk] = a_e[kk * g.lda + r]
-                a_blk = scratch_a
-                lda = g.k
-            else:
-                a_blk = a_e + row_lo * g.lda
-                lda = g.lda
-            _gemm_block(a_blk, lda, pb, g.k, g.n, out_e + row_lo * g.n, &ep, 0,
+            # rows [row_lo, row_hi) of A (with trans_a: columns of the stored K x M)
+            _gemm_block(a_e + (row_lo if g.trans_a else row_lo * g.lda), g.lda, g.trans_a,
+                        scratch_a, g.lda_pack, pb, g.k, g.n, out_e + row_lo * g.n, &ep,
                         row_hi - row_lo, p_lo, p_hi, g.kc)
             if g.c != NULL:
                 _add_c(g, out_e, row_lo, row_hi, p_lo * PPL_NB, min(g.n, p_hi * PPL_NB))
@@ -293,27 +329,30 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     # Even row blocks and K chunks: ceil-divide the count, then the size.
     cdef Py_ssize_t nmblocks = (mtiles + _MC_TILES - 1) // _MC_TILES
     cdef Py_ssize_t tiles_per_block = (mtiles + nmblocks - 1) // nmblocks
-    cdef Py_ssize_t nkc = max(1, (k + _KC - 1) // _KC)
     # Panel groups: at most _MAX_GROUP_COLS wide, and enough of them that a matrix-vector
     # shape (one row block) still gives every thread several items: M = 1 splits over N.
     cdef Py_ssize_t row_items = batch * (1 if not b_packed else nmblocks)
     cdef Py_ssize_t want = num_threads * _ITEMS_PER_THREAD
     cdef Py_ssize_t ngroups = max((npanels * PPL_NB + _MAX_GROUP_COLS - 1) // _MAX_GROUP_COLS,
                                   (want + row_items - 1) // row_items)
+    # a count of items every thread shares equally, where there are panels enough
+    while (row_items * ngroups) % num_threads and ngroups < npanels:
+        ngroups += 1
     ngroups = min(ngroups, npanels)
     cdef Py_ssize_t panels_per_group = (npanels + ngroups - 1) // ngroups
-    ngroups = (npanels + panels_per_group - 1) // panels_per_group
     cdef Py_ssize_t rows_per_block = tiles_per_block * PPL_MR
+    cdef Py_ssize_t kc_max = min(<Py_ssize_t>_KC_MAX, max(<Py_ssize_t>_KC_MIN,
+                                                          _A_CHUNK_FLOATS // rows_per_block))
+    cdef Py_ssize_t nkc = max(1, (k + kc_max - 1) // kc_max)
+    cdef Py_ssize_t kc = (k + nkc - 1) // nkc if k > 0 else 1
+    cdef Py_ssize_t lda_pack = (kc + 15) // 16 * 16 + _A_PAD
 
-    cdef Py_ssize_t scratch_floats = 0
+    # per thread: the panel group packed at run time (raw B), then the copied A chunk
+    cdef Py_ssize_t scratch_floats = rows_per_block * lda_pack
     if not b_packed:
         scratch_floats += panels_per_group * k * PPL_NB
-    if trans_a:
-        scratch_floats += rows_per_block * k
-    scratch = None
-    if scratch_floats:
-        scratch_floats = (scratch_floats + 15) // 16 * 16  # slices 64-byte apart
-        scratch = numpy.empty(num_threads * scratch_floats, dtype=numpy.float32)
+    scratch_floats = (scratch_floats + 15) // 16 * 16  # slices 64-byte apart
+    scratch = numpy.empty(num_threads * scratch_floats + 16, dtype=numpy.float32)
     bias_pad = None
     if bias is not None:
         # The last panel's vector epilogue reads PPL_NB columns: give it zeros past n.
@@ -356,11 +395,11 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     g.c_s0, g.c_s1, g.c_beta = c_s0, c_s1, beta
     g.npanels, g.nmblocks, g.rows_per_block = npanels, nmblocks, rows_per_block
     g.ngroups, g.panels_per_group = ngroups, panels_per_group
-    g.kc = (k + nkc - 1) // nkc if k > 0 else 1
-    g.scratch = NULL
-    if scratch is not None:
-        scratch_v = scratch
-        g.scratch = &scratch_v[0]
+    g.kc = kc
+    g.lda_pack = lda_pack
+    scratch_v = scratch
+    # 64-byte aligned start, so the copied rows of A begin on cache lines
+    g.scratch = &scratch_v[(16 - (<size_t>&scratch_v[0] // sizeof(float)) % 16) % 16]
     g.scratch_floats = scratch_floats
     g.max_threads = num_threads
     return step
