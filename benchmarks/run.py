@@ -12,8 +12,9 @@ measured by benchmarks/peak.py; the largest relative difference of pplpy's first
 ORT's.  Then the geometric mean of the ratios per thread count.
 
 Timings on shared machines wander: every figure is a median, the engines are timed
-round-robin (one run of each per round) on the same inputs, and ratios within one run are
-what to compare.  OpenVINO is pinned to fp32
+round-robin (one run of each per round, each after 0.1 s idle so that no engine is timed
+against another's still-spinning worker threads) on the same inputs, and ratios within one
+run are what to compare.  OpenVINO is pinned to fp32
 (on a CPU with AVX512-BF16 or AMX it would otherwise compute in bf16).
 """
 
@@ -24,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 import numpy as np
 import onnx
@@ -133,15 +135,24 @@ class Engines:
         return lambda: request.infer(ov_feeds)
 
 
+# Idle time before each timed run.  Engines leave their worker threads spinning after a run
+# (ONNX Runtime for tens of ms by default, OpenMP teams too), and a run timed right after
+# another engine's competes with those spinners for the cores: measured here, pplpy's 2-thread
+# ResNet-18 took 26.6 ms right after an ORT run and 12.4 ms after 50 ms idle.
+SETTLE_S = 0.1
+
+
 def interleaved_medians(runners, warmup, repeats):
-    """Median ms of each runner, timed round-robin (one run of each per round), so that a
-    burst of load from other processes hits every engine alike."""
+    """Median ms of each runner, timed round-robin (one run of each per round, after
+    SETTLE_S idle), so that a burst of load from other processes hits every engine alike
+    and no engine is timed against another's spinning threads."""
     for fn in runners.values():
         for _ in range(warmup):
             fn()
     times = {name: [] for name in runners}
     for _ in range(max(1, repeats)):
         for name, fn in runners.items():
+            time.sleep(SETTLE_S)
             times[name].append(median_ms(fn, 0, 1))
     return {name: statistics.median(t) for name, t in times.items()}
 
