@@ -34,8 +34,8 @@ ISA_NAMES = tuple(tier["name"] for tier in ISA_TIERS)
 
 # Flags every extension gets.  -fno-trapping-math lets gcc vectorise if/else loops
 # (measured: a scalar LeakyReLU loop became 36x faster); never -ffast-math or -march=native.
-BASE_COMPILE_FLAGS = ("-O3", "-fno-trapping-math", "-fopenmp")
-BASE_LINK_FLAGS = ("-fopenmp",)
+BASE_COMPILE_FLAGS = ("-O3", "-fno-trapping-math", "-pthread")
+BASE_LINK_FLAGS = ("-pthread",)
 
 
 def tier_of_module(module_name):

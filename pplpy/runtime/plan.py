@@ -66,8 +66,9 @@ def infer_plan_shapes(result, feed_shapes, feed_values):
 
 
 class ExecutionPlan:
-    def __init__(self, result, feeds, value_feeds, num_threads):
-        """``feeds``: input name -> array (shapes of all, values of ``value_feeds``)."""
+    def __init__(self, result, feeds, value_feeds, num_threads, pool=None):
+        """``feeds``: input name -> array (shapes of all, values of ``value_feeds``);
+        ``pool``: the runtime's ThreadPool (None: the process-wide one)."""
         graph = result.graph
         nodes = graph.nodes
         self.graph = graph
@@ -169,7 +170,7 @@ class ExecutionPlan:
                 step.label = step.label or node.name
                 steps.append(step)
                 self.step_nodes.append(node)
-        self.plan = Plan(steps, num_threads)
+        self.plan = Plan(steps, num_threads, pool)
         self.input_views = {name: views[name] for name in feeds}
 
     @property

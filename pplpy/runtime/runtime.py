@@ -23,6 +23,7 @@ import numpy as np
 
 from pplpy.errors import InputError, PplError, guard
 from pplpy.runtime.plan import ExecutionPlan
+from pplpy.runtime.step import ThreadPool
 from pplpy.runtime.profiler import Profiler
 from pplpy.runtime.tensor import Tensor
 
@@ -38,6 +39,8 @@ class Runtime:
         self._graph = result.graph
         self._input_infos = list(self._graph.inputs)
         self.num_threads = result.options.num_threads
+        # the workers every plan of this runtime runs on (see step.ThreadPool)
+        self._pool = ThreadPool(self.num_threads) if self.num_threads > 1 else None
         self.profiler = Profiler()
         self.plan_cache_size = int(plan_cache_size)
         self._plans = OrderedDict()  # signature -> ExecutionPlan
@@ -142,7 +145,8 @@ class Runtime:
         with self._lock, guard("running the model", memory_error=InputError):
             plan = self._plans.get(signature)
             if plan is None:
-                plan = ExecutionPlan(self._result, arrays, self._value_feeds, self.num_threads)
+                plan = ExecutionPlan(self._result, arrays, self._value_feeds, self.num_threads,
+                                     self._pool)
                 self.plan_misses += 1
                 self._plans[signature] = plan
                 while len(self._plans) > self.plan_cache_size:

@@ -28,7 +28,6 @@ cdef extern from "pplpy_step.h" nogil:
         const void *args
         int parallel
     void ppl_partition(Py_ssize_t n, int tid, int nthreads, Py_ssize_t *begin, Py_ssize_t *end)
-    int ppl_plan_run(const ppl_plan_step *steps, Py_ssize_t n, int nthreads, volatile int *error)
 
 
 cdef class Step:

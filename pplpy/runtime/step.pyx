@@ -1,15 +1,27 @@
 """Steps and plans: the compiled form of a runtime.
 
 A ``Step`` is one C function with its pre-bound arguments (see ``pplpy_step.h``); a
-``Plan`` is an array of steps run in one ``nogil`` call on one OpenMP team.  A kernel
-written in Python becomes a ``PythonStep``, which takes the GIL for its own call only.
+``Plan`` is an array of steps run in one ``nogil`` call by the calling thread and the
+workers of a ``ThreadPool`` (see ``pplpy_pool.h``).  A kernel written in Python becomes a
+``PythonStep``, which takes the GIL for its own call only.
 
-    kernels --make_step(io)--> [Step, Step, PythonStep, ...] --Plan(steps, threads)--> run()
+    kernels --make_step(io)--> [Step, Step, PythonStep, ...] --Plan(steps, threads, pool)--> run()
 """
 
+from libc.stdint cimport uint64_t
 from libc.stdlib cimport calloc, free, malloc
 
+import threading
 import time
+
+
+cdef extern from "pplpy_pool.h" nogil:
+    ctypedef struct ppl_pool:
+        int nworkers
+    ppl_pool *ppl_pool_create(int nthreads)
+    void ppl_pool_destroy(ppl_pool *pool)
+    int ppl_pool_run(ppl_pool *pool, uint64_t plan_id, const ppl_plan_step *steps,
+                     Py_ssize_t n, int nthreads, volatile int *error)
 
 
 cdef class Step:
@@ -72,21 +84,81 @@ cdef void _python_step(const void *args, int tid, int nthreads) noexcept nogil:
             step.error[0] = 1
 
 
+cdef class ThreadPool:
+    """``num_threads - 1`` worker threads that run plans with the calling thread.
+
+    A Runtime owns one, shared by its plans (one per input-shape signature), as an ONNX
+    Runtime session owns its intra-op pool.  The workers spin for a millisecond after a run
+    and then sleep, so an idle runtime leaves its cores idle.  A plan started while the pool
+    is busy with another runs on its caller's thread alone."""
+
+    cdef ppl_pool *pool
+    cdef readonly int num_threads
+
+    def __cinit__(self, int num_threads):
+        self.num_threads = max(1, num_threads)
+        self.pool = NULL
+        if self.num_threads > 1:
+            self.pool = ppl_pool_create(self.num_threads)
+            if self.pool == NULL:
+                raise MemoryError("cannot allocate a thread pool")
+
+    def __dealloc__(self):
+        with nogil:
+            ppl_pool_destroy(self.pool)
+        self.pool = NULL
+
+    @property
+    def workers(self):
+        """How many worker threads were started (num_threads - 1 unless the system refused
+        some, in which case plans still run, on fewer threads)."""
+        return self.pool.nworkers if self.pool != NULL else 0
+
+    def __repr__(self):
+        return f"<ThreadPool {self.num_threads} threads>"
+
+
+_shared_pools = {}
+_shared_pools_lock = threading.Lock()
+
+
+def shared_pool(int num_threads):
+    """The process-wide pool of ``num_threads`` threads, for plans made without one
+    (``run_steps``: build-time constant folding and the kernel test wrappers)."""
+    with _shared_pools_lock:
+        pool = _shared_pools.get(num_threads)
+        if pool is None:
+            pool = _shared_pools[num_threads] = ThreadPool(num_threads)
+        return pool
+
+
+cdef uint64_t _next_plan_id = 0
+
+
 cdef class Plan:
-    """An array of steps run in one nogil call on ``num_threads`` threads."""
+    """An array of steps run in one nogil call on ``num_threads`` threads: the caller and
+    the workers of ``pool`` (by default the process-wide pool of that many threads)."""
 
     cdef ppl_plan_step *c_steps
     cdef Py_ssize_t n
     cdef volatile int error
+    cdef uint64_t plan_id
     cdef readonly int num_threads
     cdef readonly tuple steps
+    cdef readonly ThreadPool pool
 
-    def __cinit__(self, steps, int num_threads=1):
+    def __cinit__(self, steps, int num_threads=1, ThreadPool pool=None):
+        global _next_plan_id
         cdef Step step
         cdef Py_ssize_t i
         self.steps = tuple(steps)
         self.n = len(self.steps)
         self.num_threads = max(1, num_threads)
+        if pool is None and self.num_threads > 1:
+            pool = shared_pool(self.num_threads)
+        self.pool = pool
+        _next_plan_id += 1
+        self.plan_id = _next_plan_id
         self.c_steps = <ppl_plan_step *>malloc(max(1, self.n) * sizeof(ppl_plan_step))
         if self.c_steps == NULL:
             raise MemoryError("cannot allocate the run plan")
@@ -109,21 +181,28 @@ cdef class Plan:
     def run(self):
         """Run every step, in order, without the GIL (Python steps take it for themselves)."""
         cdef int rc
+        cdef ppl_pool *pool = self._c_pool()
         with nogil:
-            rc = ppl_plan_run(self.c_steps, self.n, self.num_threads, &self.error)
+            rc = ppl_pool_run(pool, self.plan_id, self.c_steps, self.n,
+                              self.num_threads, &self.error)
         if rc:
             self._raise()
+
+    cdef ppl_pool *_c_pool(self):
+        return self.pool.pool if self.pool is not None else NULL
 
     def run_profiled(self):
         """Run the steps one at a time, each on the whole team, and return each one's seconds
         (for the profiler: a barrier after every step, so times do not overlap)."""
         cdef int rc
         cdef Py_ssize_t i
+        cdef ppl_pool *pool = self._c_pool()
         times = []
         for i in range(self.n):
             start = time.perf_counter()
             with nogil:
-                rc = ppl_plan_run(&self.c_steps[i], 1, self.num_threads, &self.error)
+                # plan id 0: the pool copies the one step each time
+                rc = ppl_pool_run(pool, 0, &self.c_steps[i], 1, self.num_threads, &self.error)
             times.append(time.perf_counter() - start)
             if rc:
                 self._raise()

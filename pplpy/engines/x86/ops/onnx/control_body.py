@@ -23,8 +23,8 @@
   its ``value_inputs``.  A value the plan cannot know is a ``ValueRequired``, which the
   runtime reports as an UnsupportedOpError naming the node.
 - Running: the control-flow kernels are Python steps (they drive nested runtimes); the
-  body's own steps are compiled.  Inside an outer plan with parallel steps the body runs on
-  the calling thread (OpenMP regions do not nest).
+  body's own steps are compiled.  The body's runtime has its own thread pool: its plan runs
+  on the calling thread and those workers while the outer plan's workers wait.
 """
 
 import contextlib

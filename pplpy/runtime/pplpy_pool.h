@@ -1,0 +1,319 @@
+/* pplpy's thread team: persistent worker threads that run a plan with the calling thread.
+ *
+ * Why not an OpenMP parallel region per run: a region ends with a barrier, so the caller
+ * waits for every thread of the team, including one that has not even woken up yet.  On a
+ * virtual machine a worker whose vCPU went idle between two runs can take a host scheduler
+ * tick (4 ms measured on our 2-vCPU guests) to run again; a 7 ms network then took 8-20 ms at
+ * two threads.  Here the caller (thread 0) never waits for a worker that has not started:
+ *
+ *   publish   the caller copies the plan's steps into a job slot, opens it and bumps the
+ *             pool's generation, waking sleeping workers
+ *   run       the caller and every worker that has entered the slot claim shares of each
+ *             parallel step from the step's counter (pplpy_step.h's rules); the caller runs
+ *             the serial units; a worker that arrives late finds the shares taken and only
+ *             catches up
+ *   close     once the last step is done the caller closes the slot and returns; a worker
+ *             still walking the finished steps reads only the slot, which the pool owns
+ *
+ * Two slots alternate, so the next run never waits for a straggler of the previous one (a
+ * slot is reused two runs later, after the workers inside it have left).  A run starts
+ * only when the pool is free: a second caller at the same moment (a Python step that runs
+ * another plan on the same pool) runs its plan on its own thread instead.
+ *
+ * Waiting: a worker spins with a pause for PPL_WAIT_SPIN_NS in a run and PPL_IDLE_SPIN_NS
+ * between runs, then sleeps on a futex (Linux; a short nanosleep elsewhere), so an idle
+ * runtime leaves its cores idle.  After fork() the pool notices the new process and starts
+ * new workers.
+ */
+#ifndef PPLPY_POOL_H
+#define PPLPY_POOL_H
+
+#include "pplpy_step.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#define PPL_WAIT_SPIN_NS 200000LL  /* in a run: longer than most steps and serial units */
+#define PPL_IDLE_SPIN_NS 1000000LL /* between runs: a service calling back to back stays hot */
+#define PPL_SLOT_OPEN (1ULL << 31)
+#define PPL_SLOT_COUNT 0x7fffffffULL
+
+static inline long long ppl_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static inline void ppl_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Sleep while *word == expected (a wake, a change of *word, or the 1 ms bound ends it). */
+static inline void ppl_sleep_on(int *word, int expected) {
+#ifdef __linux__
+    struct timespec limit = {0, 1000000};
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, &limit, NULL, 0);
+#else
+    struct timespec nap = {0, 50000};
+    (void)word;
+    (void)expected;
+    nanosleep(&nap, NULL);
+#endif
+}
+
+static inline void ppl_wake_all(int *word) {
+#ifdef __linux__
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)word;
+#endif
+}
+
+/* Wait until *word != value: spin for spin_ns, then sleep counted in *sleepers (seq-cst on
+ * both sides with the waker, which changes *word and then wakes if it sees a sleeper). */
+static inline int ppl_wait_change(int *word, int value, int *sleepers, long long spin_ns) {
+    long long until = -1;
+    unsigned spins = 0;
+    int seen;
+    while ((seen = __atomic_load_n(word, __ATOMIC_ACQUIRE)) == value) {
+        if ((++spins & 63) != 0) {
+            ppl_pause();
+            continue;
+        }
+        if (until < 0) until = ppl_now_ns() + spin_ns;
+        if (ppl_now_ns() < until) continue;
+        __atomic_fetch_add(sleepers, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == value) ppl_sleep_on(word, value);
+        __atomic_fetch_sub(sleepers, 1, __ATOMIC_SEQ_CST);
+    }
+    return seen;
+}
+
+/* One step's progress: shares handed out, shares finished and threads asleep waiting for
+ * them, on a cache line of its own. */
+typedef struct {
+    int claimed;
+    int done;
+    int sleepers;
+    char pad[64 - 3 * sizeof(int)];
+} ppl_step_sync;
+
+/* Mark one more share of the step (or its serial unit) done and wake the sleepers. */
+static inline void ppl_done(ppl_step_sync *sy) {
+    __atomic_fetch_add(&sy->done, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&sy->sleepers, __ATOMIC_SEQ_CST)) ppl_wake_all(&sy->done);
+}
+
+/* Wait until the step's done count reaches target; acquire: what the shares wrote is
+ * visible. */
+static inline void ppl_wait_done(ppl_step_sync *sy, int target) {
+    int seen = __atomic_load_n(&sy->done, __ATOMIC_ACQUIRE);
+    while (seen < target) seen = ppl_wait_change(&sy->done, seen, &sy->sleepers, PPL_WAIT_SPIN_NS);
+}
+
+/* A published run: the pool's own copy of the steps and their progress counters. */
+typedef struct {
+    uint64_t state; /* generation << 32 | PPL_SLOT_OPEN | workers inside */
+    ppl_plan_step *steps;
+    ppl_step_sync *sync;
+    ptrdiff_t n, capacity;
+    uint64_t plan_id; /* the plan whose steps are in `steps` (0: none) */
+    int nthreads;
+    int error; /* set by the caller after a failed serial unit; every thread stops there */
+} ppl_job_slot;
+
+typedef struct {
+    int generation; /* futex word: bumped when a run is published */
+    int idle_sleepers;
+    int shutdown;
+    int nworkers;
+    pid_t pid; /* the process the workers were started in */
+    pthread_mutex_t run_lock;
+    pthread_t *threads;
+    ppl_job_slot slots[2];
+} ppl_pool;
+
+/* Run the steps of a slot on this thread until the last one is done (tid 0: the caller). */
+static inline void ppl_slot_run(ppl_job_slot *slot, int tid, volatile int *caller_error) {
+    const ppl_plan_step *steps = slot->steps;
+    const ptrdiff_t n = slot->n;
+    const int nt = slot->nthreads;
+    ptrdiff_t s = 0, e, j;
+    int k;
+    while (s < n) {
+        ppl_step_sync *sy = &slot->sync[s];
+        if (steps[s].parallel) {
+            while ((k = __atomic_fetch_add(&sy->claimed, 1, __ATOMIC_RELAXED)) < nt) {
+                steps[s].fn(steps[s].args, k, nt);
+                ppl_done(sy);
+            }
+            ppl_wait_done(sy, nt);
+            e = s + 1;
+        } else {
+            for (e = s; e < n && !steps[e].parallel; e++) {
+            }
+            if (tid == 0) {
+                for (j = s; j < e && !*caller_error; j++) steps[j].fn(steps[j].args, 0, 1);
+                if (*caller_error) slot->error = 1; /* written before ppl_done publishes it */
+                ppl_done(sy);
+            } else {
+                ppl_wait_done(sy, 1);
+            }
+        }
+        /* only serial units fail: every thread reads the same value here */
+        if (slot->error) break;
+        s = e;
+    }
+}
+
+static void *ppl_worker_main(void *arg) {
+    ppl_pool *pool = (ppl_pool *)arg;
+    int seen = 0; /* the generation ppl_pool_start set: a run or a shutdown published before
+                     this thread got here is seen as a change */
+    for (;;) {
+        ppl_job_slot *slot;
+        uint64_t st;
+        uint32_t g;
+        seen = ppl_wait_change(&pool->generation, seen, &pool->idle_sleepers, PPL_IDLE_SPIN_NS);
+        if (__atomic_load_n(&pool->shutdown, __ATOMIC_ACQUIRE)) break;
+        g = (uint32_t)seen;
+        slot = &pool->slots[g & 1];
+        st = __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE);
+        for (;;) { /* enter the run of generation g if it is still open */
+            if ((uint32_t)(st >> 32) != g || !(st & PPL_SLOT_OPEN)) break;
+            if (__atomic_compare_exchange_n(&slot->state, &st, st + 1, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
+                static const int no_error = 0;
+                ppl_slot_run(slot, 1, (volatile int *)&no_error);
+                __atomic_fetch_sub(&slot->state, 1, __ATOMIC_RELEASE);
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Start the workers (in a new pool, or again in a forked child, where they do not exist). */
+static inline void ppl_pool_start(ppl_pool *pool) {
+    sigset_t all, old;
+    int i;
+    pool->generation = 0;
+    pool->idle_sleepers = 0;
+    pool->shutdown = 0;
+    pool->slots[0].state = pool->slots[1].state = 0;
+    pool->pid = getpid();
+    pthread_mutex_init(&pool->run_lock, NULL);
+    /* workers block every signal: Python handles them on its own threads */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (i = 0; i < pool->nworkers; i++) {
+        if (pthread_create(&pool->threads[i], NULL, ppl_worker_main, pool) != 0) break;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pool->nworkers = i; /* fewer threads than asked for still run every plan correctly */
+}
+
+/* A pool of nthreads - 1 workers (the caller is the team's thread 0); NULL if out of memory. */
+static inline ppl_pool *ppl_pool_create(int nthreads) {
+    ppl_pool *pool = (ppl_pool *)calloc(1, sizeof(ppl_pool));
+    if (pool == NULL) return NULL;
+    pool->nworkers = nthreads > 1 ? nthreads - 1 : 0;
+    pool->threads = (pthread_t *)calloc((size_t)(pool->nworkers + 1), sizeof(pthread_t));
+    if (pool->threads == NULL) {
+        free(pool);
+        return NULL;
+    }
+    ppl_pool_start(pool);
+    return pool;
+}
+
+static inline void ppl_pool_destroy(ppl_pool *pool) {
+    int i;
+    if (pool == NULL) return;
+    if (pool->pid == getpid()) { /* a forked child has no workers to join */
+        __atomic_store_n(&pool->shutdown, 1, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(&pool->generation, 1, __ATOMIC_SEQ_CST);
+        ppl_wake_all(&pool->generation);
+        for (i = 0; i < pool->nworkers; i++) pthread_join(pool->threads[i], NULL);
+    }
+    for (i = 0; i < 2; i++) {
+        free(pool->slots[i].steps);
+        free(pool->slots[i].sync);
+    }
+    free(pool->threads);
+    free(pool);
+}
+
+static inline int ppl_run_here(const ppl_plan_step *steps, ptrdiff_t n, volatile int *error) {
+    ptrdiff_t i;
+    for (i = 0; i < n && !*error; i++) steps[i].fn(steps[i].args, 0, 1);
+    return *error;
+}
+
+/* Run steps [0, n) of plan `plan_id` (a number no other plan has; 0: copy the steps again)
+ * on the pool with nthreads shares per parallel step; returns *error (0: every step
+ * succeeded). */
+static inline int ppl_pool_run(ppl_pool *pool, uint64_t plan_id, const ppl_plan_step *steps,
+                               ptrdiff_t n, int nthreads, volatile int *error) {
+    ppl_job_slot *slot;
+    uint32_t g;
+    int any_parallel = 0;
+    ptrdiff_t i;
+    *error = 0;
+    for (i = 0; i < n; i++) any_parallel |= steps[i].parallel;
+    if (pool == NULL || pool->nworkers == 0 || nthreads <= 1 || !any_parallel)
+        return ppl_run_here(steps, n, error);
+    if (pool->pid != getpid()) ppl_pool_start(pool); /* forked: the workers stayed behind */
+    if (pthread_mutex_trylock(&pool->run_lock) != 0) return ppl_run_here(steps, n, error);
+
+    g = (uint32_t)pool->generation + 1;
+    slot = &pool->slots[g & 1];
+    /* workers still inside this slot's previous run (two runs ago) are finishing its walk */
+    while (__atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) & PPL_SLOT_COUNT) sched_yield();
+    if (slot->capacity < n) {
+        ppl_plan_step *st = (ppl_plan_step *)malloc((size_t)n * sizeof(ppl_plan_step));
+        ppl_step_sync *sy = (ppl_step_sync *)malloc((size_t)n * sizeof(ppl_step_sync));
+        if (st == NULL || sy == NULL) { /* no memory for the run's counters: run here */
+            free(st);
+            free(sy);
+            pthread_mutex_unlock(&pool->run_lock);
+            return ppl_run_here(steps, n, error);
+        }
+        free(slot->steps);
+        free(slot->sync);
+        slot->steps = st;
+        slot->sync = sy;
+        slot->capacity = n;
+        slot->plan_id = 0;
+    }
+    if (plan_id == 0 || slot->plan_id != plan_id || slot->n != n) {
+        memcpy(slot->steps, steps, (size_t)n * sizeof(ppl_plan_step));
+        slot->plan_id = plan_id;
+    }
+    memset(slot->sync, 0, (size_t)n * sizeof(ppl_step_sync));
+    slot->n = n;
+    slot->nthreads = nthreads;
+    slot->error = 0;
+    __atomic_store_n(&slot->state, ((uint64_t)g << 32) | PPL_SLOT_OPEN, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool->generation, (int)g, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool->idle_sleepers, __ATOMIC_SEQ_CST)) ppl_wake_all(&pool->generation);
+
+    ppl_slot_run(slot, 0, error);
+
+    __atomic_fetch_and(&slot->state, ~PPL_SLOT_OPEN, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&pool->run_lock);
+    return *error;
+}
+
+#endif
