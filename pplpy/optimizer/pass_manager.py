@@ -35,6 +35,7 @@ from pplpy.optimizer.passes.basic_rules import (
 )
 from pplpy.optimizer.passes.channel_shuffle import RecognizeChannelShuffle
 from pplpy.optimizer.passes.concat import OptimizeConcats
+from pplpy.optimizer.passes.concat_activation import HoistActivationAboveConcat
 from pplpy.optimizer.passes.constant_folding import ConstantFolding
 from pplpy.optimizer.passes.cse import CommonSubexpressionElimination
 from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
@@ -68,6 +69,7 @@ PASSES = {
         OptimizeConcats,
         ReduceMeanToGlobalPool,
         SwapReluMaxPool,
+        HoistActivationAboveConcat,
         RecognizeChannelShuffle,
         FoldIntoBatchNorm,
         FoldIntoConv,
@@ -160,6 +162,9 @@ DEFAULT_PIPELINE = (
     # The 3-D projections fold_into_gemm leaves as MatMul + Add: one node, so the engine can
     # fuse the activation after them.
     P("fuse_matmul_bias", dce_after=True, modes=("fusion",)),
+    # An activation after a Concat moves onto the Concat's parts, where post-op fusion puts
+    # it in their producers' epilogues (fixed point: a chain of activations moves one by one).
+    P("hoist_activations_above_concat", "fixed_point", modes=("fusion",)),
     # Last: runs of element-wise nodes the recognizers and folds left, as one pass over
     # memory each (oneDNN Graph's unary/binary chains, reference/004).  A lone activation
     # after a Conv/Gemm/MatMul stays for the engine's post-op fusion.

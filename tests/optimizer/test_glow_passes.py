@@ -167,6 +167,59 @@ def test_nested_concats_merge(save_model):
     assert types == ["Concat"]
 
 
+def concat_then(acts, parts):
+    """Concat of ``parts`` (conv: a Conv of x; x: the input itself) along channels, then the
+    activations ``acts`` ((op, extra inputs) pairs) one after the other."""
+    nodes, names = [], []
+    for i, part in enumerate(parts):
+        if part == "conv":
+            nodes.append(helper.make_node("Conv", ["x", f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+            names.append(f"c{i}")
+        else:
+            names.append("x")
+    nodes.append(helper.make_node("Concat", names, ["cat"], axis=1))
+    last = "cat"
+    for j, (op, extra) in enumerate(acts):
+        out = "y" if j == len(acts) - 1 else f"a{j}"
+        nodes.append(helper.make_node(op, [last, *extra], [out]))
+        last = out
+    inits = {f"w{i}": rand(5, 3, 3, 3) for i, p in enumerate(parts) if p == "conv"}
+    inits.update(lo=np.float32(0), hi=np.float32(6))
+    return model(nodes, [("x", [1, 3, 8, 8])], inits)
+
+
+@pytest.mark.parametrize("acts", [[("Relu", [])], [("Clip", ["lo", "hi"])],
+                                  [("Sigmoid", []), ("Neg", [])]])
+def test_activation_after_concat_runs_in_each_producers_epilogue(save_model, acts):
+    m = concat_then(acts, ["conv", "conv"])
+    types, log = run(save_model, m, {"x": rand(1, 3, 8, 8)})
+    # activations in the epilogues; the Concat has no step (its parts are written in place)
+    assert types == ["Conv", "Conv", "Concat"]
+    assert f"{acts[0][0]} before Concat" in logged(log, "hoist_activations_above_concat")
+    rt = pplpy.load(save_model(m))
+    for node in rt.graph.nodes:
+        if node.op_type == "Conv":
+            ops = [p.describe().split("(")[0] for p in rt.result.ops[node].post_ops]
+            assert ops == [op.lower() for op, _ in acts], ops
+    unfused, _ = run(save_model, m, {"x": rand(1, 3, 8, 8)},
+                     passes=[e for e in DEFAULT_PIPELINE if "fusion" in e.modes
+                             and e.pass_id != "hoist_activations_above_concat"])
+    assert "Concat" in unfused and ("Relu" in unfused or "Clip" in unfused
+                                    or "EltwiseChain" in unfused or "Sigmoid" in unfused)
+
+
+def test_activation_after_concat_stays_when_no_part_can_take_it(save_model):
+    types, log = run(save_model, concat_then([("Relu", [])], ["x", "x"]),
+                     {"x": rand(1, 3, 8, 8)})
+    assert types == ["Concat", "Relu"]
+    assert "Relu before Concat" not in logged(log, "hoist_activations_above_concat")
+    # one part from a Conv is enough; the input part gets a Relu of its own
+    types, _ = run(save_model, concat_then([("Relu", [])], ["conv", "x"]),
+                   {"x": rand(1, 3, 8, 8)})
+    assert sorted(types) == ["Concat", "Conv", "Relu"] and types.index("Relu") < types.index(
+        "Concat")
+
+
 @pytest.mark.parametrize("bounds, want", [([(0, 2), (2, 5), (5, 8)], []),
                                           ([(1, 3), (3, 6)], ["Slice"])])
 def test_concat_of_adjacent_slices(save_model, bounds, want):
