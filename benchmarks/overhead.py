@@ -6,7 +6,10 @@
   cost almost nothing and the run loop is all that is measured (median run time / nodes);
 - load time: building a runtime (pplpy.load) and creating a session (ONNX Runtime) for a
   chain of --load-nodes nodes;
-- re-planning: a run at a new batch size, and returning to one seen before (plan cache).
+- re-planning: a run at a new batch size, and returning to one seen before (plan cache);
+- a run after idle: eight element-wise nodes on a [4, 64, 64, 64] tensor (every step split
+  over the threads) timed back to back and after 0.1 s of idle, when the workers sleep and
+  must be woken (pplpy's caller never waits for a worker that has not woken yet).
 
 Targets (not asserted anywhere): per-node overhead no more than ONNX Runtime's, load no more
 than 2x ONNX Runtime's session creation.  ONNX Runtime is optional (pip install ".[bench]").
@@ -26,21 +29,24 @@ from onnx import TensorProto, helper
 import pplpy
 
 
-def chain_model(nodes, batch="N"):
+def chain_model(nodes, batch="N", width=(16,)):
     ops = ["Relu", "Sigmoid"]
     graph_nodes = [helper.make_node(ops[i % 2], [f"v{i}" if i else "x"], [f"v{i + 1}"])
                    for i in range(nodes)]
     graph = helper.make_graph(
-        graph_nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])],
+        graph_nodes, "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, *width])],
         [helper.make_tensor_value_info(f"v{nodes}", TensorProto.FLOAT, None)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def median_s(fn, repeats, warmup=3):
+def median_s(fn, repeats, warmup=3, idle=0.0):
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        if idle:
+            time.sleep(idle)
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -86,6 +92,20 @@ def main(argv=None):
             theirs = median_s(lambda: sess.run(None, {"x": x}), 50) / args.nodes * 1e6
             ratio = theirs / ours
         print(f"{t:>8} {ours:>10.3f} {theirs:>10.3f} {ratio:>10.2f}")
+
+    print("\na run after idle: 8 nodes on [4,64,64,64], back to back and after 0.1 s idle "
+          "(median ms)")
+    print(f"{'threads':>8} {'pplpy':>8} {'idle':>8} {'ORT':>8} {'idle':>8}")
+    wide_path = os.path.join(tmp, "wide_chain.onnx")
+    onnx.save(chain_model(8, batch=4, width=[64, 64, 64]), wide_path)
+    wide = np.random.default_rng(0).standard_normal((4, 64, 64, 64)).astype(np.float32)
+    for t in threads:
+        rt = pplpy.load(wide_path, num_threads=t, fusion=False)  # 8 steps, not one chain
+        row = [median_s(lambda: rt.run({"x": wide}), 20, idle=idle) * 1e3 for idle in (0, 0.1)]
+        sess = ort_session(wide_path, t) if have_ort else None
+        row += ([median_s(lambda: sess.run(None, {"x": wide}), 20, idle=idle) * 1e3
+                 for idle in (0, 0.1)] if sess else [float("nan")] * 2)
+        print(f"{t:>8} " + " ".join(f"{v:>8.2f}" for v in row))
 
     print(f"\nload time, chain of {args.load_nodes} nodes (median of 3, ms)")
     ours = median_s(lambda: pplpy.load(load_path, num_threads=1), 3, warmup=1) * 1e3

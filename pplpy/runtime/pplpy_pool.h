@@ -42,8 +42,11 @@
 #include <sys/syscall.h>
 #endif
 
-#define PPL_WAIT_SPIN_NS 200000LL  /* in a run: longer than most steps and serial units */
+#define PPL_WAIT_SPIN_NS 1000000LL /* in a run: longer than most steps and serial units */
 #define PPL_IDLE_SPIN_NS 1000000LL /* between runs: a service calling back to back stays hot */
+/* Bounds on one sleep (a wake ends it sooner; the bound only guards against a lost wake) */
+#define PPL_WAIT_SLEEP_NS 1000000LL
+#define PPL_IDLE_SLEEP_NS 100000000LL
 #define PPL_SLOT_OPEN (1ULL << 31)
 #define PPL_SLOT_COUNT 0x7fffffffULL
 
@@ -59,15 +62,16 @@ static inline void ppl_pause(void) {
 #endif
 }
 
-/* Sleep while *word == expected (a wake, a change of *word, or the 1 ms bound ends it). */
-static inline void ppl_sleep_on(int *word, int expected) {
+/* Sleep while *word == expected, for at most bound_ns (a wake ends it sooner). */
+static inline void ppl_sleep_on(int *word, int expected, long long bound_ns) {
 #ifdef __linux__
-    struct timespec limit = {0, 1000000};
+    struct timespec limit = {(time_t)(bound_ns / 1000000000LL), (long)(bound_ns % 1000000000LL)};
     syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, &limit, NULL, 0);
 #else
     struct timespec nap = {0, 50000};
     (void)word;
     (void)expected;
+    (void)bound_ns;
     nanosleep(&nap, NULL);
 #endif
 }
@@ -81,8 +85,10 @@ static inline void ppl_wake_all(int *word) {
 }
 
 /* Wait until *word != value: spin for spin_ns, then sleep counted in *sleepers (seq-cst on
- * both sides with the waker, which changes *word and then wakes if it sees a sleeper). */
-static inline int ppl_wait_change(int *word, int value, int *sleepers, long long spin_ns) {
+ * both sides with the waker, which changes *word and then wakes if it sees a sleeper), each
+ * sleep bounded by sleep_ns. */
+static inline int ppl_wait_change(int *word, int value, int *sleepers, long long spin_ns,
+                                  long long sleep_ns) {
     long long until = -1;
     unsigned spins = 0;
     int seen;
@@ -94,7 +100,7 @@ static inline int ppl_wait_change(int *word, int value, int *sleepers, long long
         if (until < 0) until = ppl_now_ns() + spin_ns;
         if (ppl_now_ns() < until) continue;
         __atomic_fetch_add(sleepers, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == value) ppl_sleep_on(word, value);
+        if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == value) ppl_sleep_on(word, value, sleep_ns);
         __atomic_fetch_sub(sleepers, 1, __ATOMIC_SEQ_CST);
     }
     return seen;
@@ -119,7 +125,9 @@ static inline void ppl_done(ppl_step_sync *sy) {
  * visible. */
 static inline void ppl_wait_done(ppl_step_sync *sy, int target) {
     int seen = __atomic_load_n(&sy->done, __ATOMIC_ACQUIRE);
-    while (seen < target) seen = ppl_wait_change(&sy->done, seen, &sy->sleepers, PPL_WAIT_SPIN_NS);
+    while (seen < target)
+        seen = ppl_wait_change(&sy->done, seen, &sy->sleepers, PPL_WAIT_SPIN_NS,
+                               PPL_WAIT_SLEEP_NS);
 }
 
 /* A published run: the pool's own copy of the steps and their progress counters. */
@@ -185,7 +193,8 @@ static void *ppl_worker_main(void *arg) {
         ppl_job_slot *slot;
         uint64_t st;
         uint32_t g;
-        seen = ppl_wait_change(&pool->generation, seen, &pool->idle_sleepers, PPL_IDLE_SPIN_NS);
+        seen = ppl_wait_change(&pool->generation, seen, &pool->idle_sleepers, PPL_IDLE_SPIN_NS,
+                               PPL_IDLE_SLEEP_NS);
         if (__atomic_load_n(&pool->shutdown, __ATOMIC_ACQUIRE)) break;
         g = (uint32_t)seen;
         slot = &pool->slots[g & 1];
