@@ -344,3 +344,35 @@ def test_activation_table_is_one_x_macro():
     chain = (impls / "_post_chain_fp32.h").read_text()
     assert "PPL_FOR_EACH_ACTIVATION(PPL_PC_ACT)" in chain and "PPL_PC_ACT(RELU)" not in chain
     assert "PPL_FOR_EACH_ACTIVATION(PPL_ACT_CASE)" in header
+
+
+def twin_model(op_type, inputs, inits, **attrs):
+    """A hand-written model of one pplpy::<op_type> twin reading x (1, 2, 3, 4)."""
+    twin = helper.make_node(op_type, ["x", *inputs], ["y"], domain="pplpy", **attrs)
+    return make_model([twin], [("x", FLOAT, [1, 2, 3, 4])], [("y", FLOAT, None)], inits,
+                      opset=19, extra_opsets=[("pplpy", 1)])
+
+
+@pytest.mark.parametrize("attrs,message", [
+    (dict(onnx_opset=10), "cannot stand for Resize-10"),  # Resize10Op: another op context
+    (dict(post_ops=["select"], post_op_params=[0.0, 0.0], post_op_operands=[4],
+          post_op_broadcasts=[0]), "needs a condition input"),
+    (dict(post_ops=["relu"], post_op_params=[0.0, 0.0], post_op_operands=[-1],
+          post_op_broadcasts=[0], post_op_conditions=[3], post_op_condition_broadcasts=[0]),
+     "takes no condition input"),
+])
+def test_a_bad_twin_is_a_model_error(attrs, message):
+    model = twin_model("Resize", ["", "sc"], [("sc", np.array([1, 1, 2, 2], np.float32))],
+                       **attrs)
+    with pytest.raises(pplpy.ModelError, match=message):
+        pplpy.load(model.SerializeToString())
+
+
+def test_a_hand_written_reduce_twin_of_an_older_form_runs():
+    """pplpy::ReduceMean with onnx_opset 13 reads its axes attribute as ReduceMean-13 does."""
+    model = twin_model("ReduceMean", [], [], onnx_opset=13, axes=[1, 3], keepdims=0,
+                       post_ops=["neg"], post_op_params=[0.0, 0.0], post_op_operands=[-1],
+                       post_op_broadcasts=[0])
+    x = rand(1, 2, 3, 4)
+    got = pplpy.load(model.SerializeToString()).run({"x": x})["y"]
+    np.testing.assert_allclose(got, -x.mean(axis=(1, 3)), rtol=1e-5, atol=1e-6)

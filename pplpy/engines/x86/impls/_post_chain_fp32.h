@@ -225,7 +225,8 @@ static __attribute__((noinline, unused)) void ppl_post_chain_plane(
  * of channel block (i / cstride) % ceil(nchan / 16) (cstride: 16 x the spatial size).  The
  * run is cut where the channel changes (NDARRAY planes), at row ends of nchan channels
  * (NDARRAY, cstride 1) or at block ends (N16CX: whole 16-lane rows as one tile, padding
- * lanes left as they are), and each piece goes to ppl_post_chain_tile / _plane. */
+ * lanes left as they are), and each piece goes to ppl_post_chain_tile / _plane; an NDARRAY
+ * run whose chain reads nothing per channel is one piece. */
 static __attribute__((noinline, unused)) void ppl_post_chain_range(
         const ppl_post_chain *ch, int first, ptrdiff_t start, ptrdiff_t n, ptrdiff_t cstride,
         int blocked) {
@@ -233,6 +234,14 @@ static __attribute__((noinline, unused)) void ppl_post_chain_range(
     const ptrdiff_t end = start + n;
     const ptrdiff_t nchan = ch->nchan > 0 ? ch->nchan : 1;
     const ptrdiff_t nblk = (nchan + 15) / 16;
+    int per_channel = 0;
+    for (int i = first; i < ch->len; i++)
+        per_channel |= (ch->ops[i].kind != PPL_PO_ELTWISE && ch->ops[i].bcast == PPL_BC_CHANNEL)
+                       || (ch->ops[i].kind == PPL_PO_SELECT && ch->ops[i].cbcast == PPL_BC_CHANNEL);
+    if (!blocked && !per_channel) {
+        if (n > 0) ppl_post_chain_tile(ch, first, y + start, 0, 16, 1, n, 0);
+        return;
+    }
     if (cstride < 1) cstride = 1;
     while (start < end) {
         ptrdiff_t stop;
