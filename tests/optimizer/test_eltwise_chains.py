@@ -423,10 +423,13 @@ def test_random_chains_match_the_reference(chain, isa, threads):
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_rank_0_value(isa):
-    """A chain on a rank-0 value with scalar operands (which may arrive as [1])."""
+    """A chain on a rank-0 value with scalar operands (which may arrive as [1]).  The
+    computed scalar comes from a Gather: after a ReduceMax the run would be that reduction's
+    post-ops (fuse_post_ops) rather than a chain."""
     g = G()
     x = g.feed(np.asarray(0.7, np.float32), "x")
-    s = g.op("Max", g.op("Mul", x, g.c(3.0)), g.op("ReduceMax", g.feed(rand(5)), keepdims=0))
+    s = g.op("Max", g.op("Mul", x, g.c(3.0)),
+             g.op("Gather", g.feed(rand(5)), g.c(2, np.int64)))
     g.op("Sqrt", g.op("Abs", s), out="y")
     for threads in THREADS:
         rt = run(g.model(), g.feeds, isa, threads)

@@ -7,9 +7,9 @@ still hold their raw data (``release_raw_weights`` drops packed weights' raw dat
 - the engine's ``pplpy::Reorder`` nodes are left out (their readers read the reorder's
   input; one that writes a graph output becomes an Identity): formats are chosen again
   when the file is loaded;
-- a Conv / ConvTranspose / Gemm / MatMul with post-ops is written as its pplpy-domain twin with the post-ops
-  as attributes, and ``pplpy::MatMulBias`` with them as attributes
-  (ops/pplpy/standard_twins.py, ops/post_op_attributes.py);
+- a Conv / ConvTranspose / Gemm / MatMul / pool / Reduce* / Resize with post-ops is written
+  as its pplpy-domain twin with the post-ops as attributes, and ``pplpy::MatMulBias`` with
+  them as attributes (ops/pplpy/standard_twins.py, ops/post_op_attributes.py);
 - every other node is written as it is, its param turned back into attributes
   (models/onnx/param_writer.py), under the opset the model imports for its domain when
   pplpy reads the op the same at that opset; a node the optimiser wrote at an opset the
@@ -31,7 +31,8 @@ from onnx import helper, numpy_helper
 
 from pplpy.engines.x86.ops.declare import find_op
 from pplpy.engines.x86.ops.post_op_attributes import post_op_attributes
-from pplpy.engines.x86.ops.pplpy.standard_twins import TWIN_DOMAIN, TWIN_VERSION, TWINS
+from pplpy.engines.x86.ops.pplpy.standard_twins import (TWIN_DOMAIN, TWIN_VERSION, TWINS,
+                                                        twin_attributes, twin_opset)
 from pplpy.errors import PplError
 from pplpy.ir import subgraphs
 from pplpy.models.onnx.param_writer import ParamWriteError, _same, write_attributes
@@ -62,17 +63,19 @@ def _standard_identity(node):
 
 
 def _placement(node, post_ops, opsets):
-    """(domain, opset) the node is written under, and whether as a twin (FusedParam)."""
+    """(domain, opset) the node is written under, and as a twin (FusedParam) the ai.onnx
+    opset the twin stands for (twin_opset), else None."""
     domain, op_type, opset = _standard_identity(node)
     carrier = (domain, op_type) == MATMUL_BIAS
     model_opset = opsets.get(domain)
     if ((not post_ops or carrier) and model_opset is not None
             and same_op(domain, op_type, opset, model_opset)):
-        return domain, model_opset, False
+        return domain, model_opset, None
     twin = TWINS.get(op_type) if domain == "" else None
-    if twin is not None and same_op("", op_type, opset, twin.opset) and (
+    standard = twin_opset(op_type, opset) if twin is not None else None
+    if standard is not None and (standard == twin.opset or post_ops) and (
             not post_ops or twin.carries_post_ops):
-        return TWIN_DOMAIN, TWIN_VERSION, True
+        return TWIN_DOMAIN, TWIN_VERSION, standard
     if post_ops:
         why = "it has post-ops and no pplpy-domain twin that carries them"
     else:
@@ -88,11 +91,13 @@ def node_proto(node, op, opsets, inputs):
         raise ParamWriteError(f"{where}: control-flow bodies cannot be saved yet")
     post_ops = tuple(getattr(op, "post_ops", None) or ())
     param = op.param
-    domain, opset, twin = _placement(node, post_ops, opsets)
+    domain, opset, standard = _placement(node, post_ops, opsets)
+    twin = standard is not None
+    extra = twin_attributes(node.op_type, standard) if twin else {}
     post_attrs = [helper.make_attribute(k, v) for k, v in
-                  post_op_attributes(post_ops, where).items()]
+                  {**post_op_attributes(post_ops, where), **extra}.items()]
     entry = find_parser(domain, node.op_type, opset)
-    schema = ("", node.op_type, TWINS[node.op_type].opset if twin else opset)
+    schema = ("", node.op_type, standard if twin else opset)
 
     def make(attrs):
         proto = helper.make_node(node.op_type, inputs, node.outputs, name=node.name,

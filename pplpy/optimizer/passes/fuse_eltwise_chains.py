@@ -14,9 +14,9 @@ elsewhere: with single-reader links nothing outside the run can depend on its in
 broadcasts into x without growing it, along one contiguous run of axes.
 
 Runs of 2 or more nodes are fused.  The single-reader run of activations and Add / Mul / Max
-/ Min / PRelu right after a Conv/Gemm/MatMul/MatMulBias is left alone: the engine's post-op
-fusion (fuse_post_ops, later) takes it into that producer's epilogue, which saves the whole
-pass over memory; a chain may start after it.
+/ Min / PRelu right after a Conv/Gemm/MatMul/MatMulBias, a pool, a Reduce* or a Resize is
+left alone: the engine's post-op fusion (fuse_post_ops, later) takes it into that producer's
+epilogue, which saves the whole pass over memory; a chain may start after it.
 """
 
 import math
@@ -43,7 +43,9 @@ BINARY_OPS = frozenset(("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"
 # (fuse_post_ops); the pplpy Conv/Gemm/MatMul are the same ops read from a saved model.
 # Those whose channels (per-channel operands) are axis 1; the rest's are the last axis.
 CHANNELS_FIRST = frozenset(("Conv", "ConvTranspose", "MaxPool", "AveragePool",
-                            "GlobalAveragePool", "GlobalMaxPool"))
+                            "GlobalAveragePool", "GlobalMaxPool", "Resize", "ReduceSum",
+                            "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                            "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"))
 EPILOGUE_PRODUCERS = frozenset(
     [(domain, op_type) for op_type in CHANNELS_FIRST for domain in ("", "pplpy")]
     + [("", "Gemm"), ("", "MatMul"), ("pplpy", "MatMulBias"), ("pplpy", "Gemm"),

@@ -84,6 +84,17 @@ enum {
     PPL_ACT_SHRINK = 38,          /* x < -p1 ? x + p0 : x > p1 ? x - p0 : 0 */
     PPL_ACT_SWISH = 39,           /* x * sigmoid(p0 * x) */
 };
+/* Every activation code but NONE, once: X(name) for each PPL_ACT_<name>.  The kernels that
+ * dispatch on a code at run time (ppl_activation below, the post-op chains of
+ * _post_chain_fp32.h) expand it into one case per code, so that an activation added to the
+ * enum above and here reaches all of them. */
+#define PPL_FOR_EACH_ACTIVATION(X)                                                      \
+    X(RELU) X(LEAKY_RELU) X(CLIP) X(SIGMOID) X(TANH) X(HARD_SWISH) X(ABS) X(NEG) X(EXP)     \
+    X(LOG) X(SQRT) X(RECIPROCAL) X(FLOOR) X(CEIL) X(ROUND) X(SIGN) X(ERF) X(SIN) X(COS)     \
+    X(TAN) X(ASIN) X(ACOS) X(ATAN) X(SINH) X(COSH) X(ASINH) X(ACOSH) X(ATANH)              \
+    X(HARD_SIGMOID) X(SOFTPLUS) X(SOFTSIGN) X(ELU) X(SELU) X(CELU) X(GELU) X(MISH)          \
+    X(THRESHOLDED_RELU) X(SHRINK) X(SWISH)
+
 #define PPL_ACT_INLINE static inline __attribute__((always_inline))
 
 PPL_ACT_INLINE ppl_vf ppl_act_splat(float s) {
@@ -713,16 +724,7 @@ PPL_ACT_INLINE void ppl_activation_loop(const int code, const float *x, float *y
 static __attribute__((unused)) void ppl_activation(const float *x, float *y, ptrdiff_t n,
                                                    int code, float p0, float p1) {
     switch (code) {
-    PPL_ACT_CASE(RELU) PPL_ACT_CASE(LEAKY_RELU) PPL_ACT_CASE(CLIP) PPL_ACT_CASE(SIGMOID)
-    PPL_ACT_CASE(TANH) PPL_ACT_CASE(HARD_SWISH) PPL_ACT_CASE(ABS) PPL_ACT_CASE(NEG)
-    PPL_ACT_CASE(EXP) PPL_ACT_CASE(LOG) PPL_ACT_CASE(SQRT) PPL_ACT_CASE(RECIPROCAL)
-    PPL_ACT_CASE(FLOOR) PPL_ACT_CASE(CEIL) PPL_ACT_CASE(ROUND) PPL_ACT_CASE(SIGN)
-    PPL_ACT_CASE(ERF) PPL_ACT_CASE(SIN) PPL_ACT_CASE(COS) PPL_ACT_CASE(TAN)
-    PPL_ACT_CASE(ASIN) PPL_ACT_CASE(ACOS) PPL_ACT_CASE(ATAN) PPL_ACT_CASE(SINH)
-    PPL_ACT_CASE(COSH) PPL_ACT_CASE(ASINH) PPL_ACT_CASE(ACOSH) PPL_ACT_CASE(ATANH)
-    PPL_ACT_CASE(HARD_SIGMOID) PPL_ACT_CASE(SOFTPLUS) PPL_ACT_CASE(SOFTSIGN) PPL_ACT_CASE(ELU)
-    PPL_ACT_CASE(SELU) PPL_ACT_CASE(CELU) PPL_ACT_CASE(GELU) PPL_ACT_CASE(MISH)
-    PPL_ACT_CASE(THRESHOLDED_RELU) PPL_ACT_CASE(SHRINK) PPL_ACT_CASE(SWISH)
+    PPL_FOR_EACH_ACTIVATION(PPL_ACT_CASE)
     default:
         if (x != y) __builtin_memmove(y, x, (size_t)n * sizeof(float));
         break;

@@ -5,6 +5,9 @@
  *   sum      x = p0 * other + x            other a tensor of the output's shape and layout
  *   binary   x = x (+ * max min) operand   operand per tensor, per channel or per element
  *   prelu    x = x < 0 ? slope * x : x     slope per tensor, per channel or per element
+ *   select   x = cond ? x : other          (alg 1: cond ? other : x) ONNX Where after the
+ *                                          chain (oneDNN's Select): cond a bool tensor and
+ *                                          other a float, each broadcast on its own
  *
  * A chain is plain data (a struct array) that nogil code walks.  Operands are other values of
  * the graph, read at run time by address:
@@ -33,7 +36,8 @@
 #define PPL_MAX_POST_OPS 32
 
 /* Must match post_ops.py (PostOpKind, BinaryAlg, Broadcast); a test checks. */
-enum { PPL_PO_ELTWISE = 0, PPL_PO_SUM = 1, PPL_PO_BINARY = 2, PPL_PO_PRELU = 3 };
+enum { PPL_PO_ELTWISE = 0, PPL_PO_SUM = 1, PPL_PO_BINARY = 2, PPL_PO_PRELU = 3,
+       PPL_PO_SELECT = 4 };
 enum { PPL_BIN_ADD = 0, PPL_BIN_MUL = 1, PPL_BIN_MAX = 2, PPL_BIN_MIN = 3 };
 enum { PPL_BC_SCALAR = 0, PPL_BC_CHANNEL = 1, PPL_BC_ELEMENT = 2 };
 
@@ -42,7 +46,9 @@ typedef struct {
     int alg;           /* eltwise: activation code; binary: PPL_BIN_* */
     int bcast;         /* PPL_BC_* of src (sum: element) */
     float p0, p1;      /* eltwise parameters; sum: p0 is the scale */
-    const float *src;  /* the operand (NULL for eltwise) */
+    const float *src;  /* the operand (NULL for eltwise; select: other) */
+    const unsigned char *cond;  /* select: the condition (bool bytes), else NULL */
+    int cbcast;        /* select: PPL_BC_* of cond */
 } ppl_post_op;
 
 typedef struct ppl_post_chain_s {
@@ -66,6 +72,23 @@ PPL_PC_INLINE ppl_vf ppl_chain_operand(const int bcast, const float *src, ptrdif
         return cnt > 0 ? ppl_act_load_partial(src + ch, cnt) : ppl_act_splat(0.0f);
     }
     return nv == PPL_VLEN ? ppl_act_load(src + eoff) : ppl_act_load_partial(src + eoff, nv);
+}
+
+/* The condition of a select as a lane mask, for output floats [off, off + nv) at channel ch
+ * (broadcast as ppl_chain_operand's); lanes past nv are false.  Bytes, so lane by lane. */
+PPL_PC_INLINE ppl_vi ppl_chain_cond(const int bcast, const unsigned char *src, ptrdiff_t eoff,
+                                    ptrdiff_t ch, ptrdiff_t nchan, ptrdiff_t nv) {
+    float t[PPL_VLEN];
+    for (int l = 0; l < PPL_VLEN; l++) {
+        unsigned char v = 0;
+        if (l < nv) {
+            if (bcast == PPL_BC_SCALAR) v = src[0];
+            else if (bcast == PPL_BC_CHANNEL) v = ch + l < nchan ? src[ch + l] : 0;
+            else v = src[eoff + l];
+        }
+        t[l] = v ? 1.0f : 0.0f;
+    }
+    return ppl_act_load(t) != ppl_act_splat(0.0f);
 }
 
 /* One vector through one entry; kind and alg are constants after inlining. */
@@ -107,7 +130,13 @@ PPL_PC_INLINE void ppl_chain_entry_tile(const int kind, const int alg, const int
             ppl_vf o = ppl_act_splat(0.0f);
             if (kind != PPL_PO_ELTWISE)
                 o = ppl_chain_operand(bcast, e->src, base + off, col0 + j0, nchan, nv, scalar);
-            x = ppl_chain_apply(kind, alg, x, o, p0, p1);
+            if (kind == PPL_PO_SELECT) {
+                const ppl_vi m = ppl_chain_cond(e->cbcast, e->cond, base + off, col0 + j0,
+                                                nchan, nv);
+                x = alg == 0 ? ppl_act_select(m, x, o) : ppl_act_select(m, o, x);
+            } else {
+                x = ppl_chain_apply(kind, alg, x, o, p0, p1);
+            }
             if (nv == PPL_VLEN)
                 ppl_act_store(p, x);
             else
@@ -138,21 +167,19 @@ static __attribute__((noinline, unused)) void ppl_post_chain_tile(
         switch (e->kind) {
         case PPL_PO_ELTWISE:
             switch (e->alg) {
-            PPL_PC_ACT(RELU) PPL_PC_ACT(LEAKY_RELU) PPL_PC_ACT(CLIP) PPL_PC_ACT(SIGMOID)
-            PPL_PC_ACT(TANH) PPL_PC_ACT(HARD_SWISH) PPL_PC_ACT(ABS) PPL_PC_ACT(NEG)
-            PPL_PC_ACT(EXP) PPL_PC_ACT(LOG) PPL_PC_ACT(SQRT) PPL_PC_ACT(RECIPROCAL)
-            PPL_PC_ACT(FLOOR) PPL_PC_ACT(CEIL) PPL_PC_ACT(ROUND) PPL_PC_ACT(SIGN)
-            PPL_PC_ACT(ERF) PPL_PC_ACT(SIN) PPL_PC_ACT(COS) PPL_PC_ACT(TAN)
-            PPL_PC_ACT(ASIN) PPL_PC_ACT(ACOS) PPL_PC_ACT(ATAN) PPL_PC_ACT(SINH)
-            PPL_PC_ACT(COSH) PPL_PC_ACT(ASINH) PPL_PC_ACT(ACOSH) PPL_PC_ACT(ATANH)
-            PPL_PC_ACT(HARD_SIGMOID) PPL_PC_ACT(SOFTPLUS) PPL_PC_ACT(SOFTSIGN) PPL_PC_ACT(ELU)
-            PPL_PC_ACT(SELU) PPL_PC_ACT(CELU) PPL_PC_ACT(GELU) PPL_PC_ACT(MISH)
-            PPL_PC_ACT(THRESHOLDED_RELU) PPL_PC_ACT(SHRINK) PPL_PC_ACT(SWISH)
+            PPL_FOR_EACH_ACTIVATION(PPL_PC_ACT)
             default: break;
             }
             break;
         case PPL_PO_SUM: PPL_PC_TILE(PPL_PO_SUM, 0, PPL_BC_ELEMENT); break;
         case PPL_PO_PRELU: PPL_PC_BC(PPL_PO_PRELU, 0) break;
+        case PPL_PO_SELECT:
+            if (e->alg == 0) {
+                PPL_PC_BC(PPL_PO_SELECT, 0)
+            } else {
+                PPL_PC_BC(PPL_PO_SELECT, 1)
+            }
+            break;
         case PPL_PO_BINARY:
             switch (e->alg) {
             case PPL_BIN_ADD: PPL_PC_BC(PPL_PO_BINARY, PPL_BIN_ADD) break;
@@ -172,6 +199,7 @@ static __attribute__((noinline, unused)) void ppl_post_chain_tile(
 static __attribute__((noinline, unused)) void ppl_post_chain_plane(
         const ppl_post_chain *ch, int first, float *c, ptrdiff_t n, ptrdiff_t channel) {
     static const float zero = 0.0f;
+    static const unsigned char no = 0;
     ppl_post_chain one;
     one.len = ch->len;
     one.nchan = ch->nchan;
@@ -182,8 +210,69 @@ static __attribute__((noinline, unused)) void ppl_post_chain_plane(
             one.ops[i].bcast = PPL_BC_SCALAR;
             one.ops[i].src = channel < ch->nchan ? ch->ops[i].src + channel : &zero;
         }
+        if (one.ops[i].kind == PPL_PO_SELECT && one.ops[i].cbcast == PPL_BC_CHANNEL) {
+            one.ops[i].cbcast = PPL_BC_SCALAR;
+            one.ops[i].cond = channel < ch->nchan ? ch->ops[i].cond + channel : &no;
+        }
     }
     ppl_post_chain_tile(&one, first, c, n, 16, 1, n, 0);
+}
+
+/* Entries [first, ch->len) over the output floats [start, start + n) of ch->dst, for a
+ * producer that writes its output in runs rather than GEMM tiles (a reduction, a resize).
+ * The output's layout: NDARRAY (blocked 0), float i of channel (i / cstride) % nchan
+ * (cstride: the floats after the channel axis); or N16CX (blocked 1), float i in lane i % 16
+ * of channel block (i / cstride) % ceil(nchan / 16) (cstride: 16 x the spatial size).  The
+ * run is cut where the channel changes (NDARRAY planes), at row ends of nchan channels
+ * (NDARRAY, cstride 1) or at block ends (N16CX: whole 16-lane rows as one tile, padding
+ * lanes left as they are), and each piece goes to ppl_post_chain_tile / _plane; an NDARRAY
+ * run whose chain reads nothing per channel is one piece. */
+static __attribute__((noinline, unused)) void ppl_post_chain_range(
+        const ppl_post_chain *ch, int first, ptrdiff_t start, ptrdiff_t n, ptrdiff_t cstride,
+        int blocked) {
+    float *const y = (float *)ch->dst;
+    const ptrdiff_t end = start + n;
+    const ptrdiff_t nchan = ch->nchan > 0 ? ch->nchan : 1;
+    const ptrdiff_t nblk = (nchan + 15) / 16;
+    int per_channel = 0;
+    for (int i = first; i < ch->len; i++)
+        per_channel |= (ch->ops[i].kind != PPL_PO_ELTWISE && ch->ops[i].bcast == PPL_BC_CHANNEL)
+                       || (ch->ops[i].kind == PPL_PO_SELECT && ch->ops[i].cbcast == PPL_BC_CHANNEL);
+    if (!blocked && !per_channel) {
+        if (n > 0) ppl_post_chain_tile(ch, first, y + start, 0, 16, 1, n, 0);
+        return;
+    }
+    if (cstride < 1) cstride = 1;
+    while (start < end) {
+        ptrdiff_t stop;
+        if (!blocked && cstride == 1) {
+            const ptrdiff_t c = start % nchan;
+            stop = start + (nchan - c) < end ? start + (nchan - c) : end;
+            ppl_post_chain_tile(ch, first, y + start, 0, 16, 1, stop - start, c);
+        } else if (!blocked) {
+            stop = (start / cstride + 1) * cstride;
+            if (stop > end) stop = end;
+            ppl_post_chain_plane(ch, first, y + start, stop - start, (start / cstride) % nchan);
+        } else {
+            const ptrdiff_t c0 = ((start / cstride) % nblk) * 16, lane = start % 16;
+            stop = (start / cstride + 1) * cstride;
+            if (stop > end) stop = end;
+            if (lane == 0 && stop - start >= 16) {
+                const ptrdiff_t rows = (stop - start) / 16;
+                ppl_post_chain_tile(ch, first, y + start, 16, 16, rows,
+                                    nchan - c0 < 16 ? nchan - c0 : 16, c0);
+                stop = start + rows * 16;
+            } else {
+                ptrdiff_t valid;
+                if (stop > start - lane + 16) stop = start - lane + 16;
+                valid = nchan - (c0 + lane);
+                if (valid > stop - start) valid = stop - start;
+                if (valid > 0)
+                    ppl_post_chain_tile(ch, first, y + start, 16, 16, 1, valid, c0 + lane);
+            }
+        }
+        start = stop;
+    }
 }
 
 #undef PPL_PC_TILE

@@ -33,6 +33,12 @@
 # step runs: a fed axes input has its value in the plan's shape signature, and shape
 # inference already checked it, but make_step runs before the feed is copied in.  Keepdims
 # does not change the output's memory layout, so the step does not need it.
+#
+# Post-op chains (_post_chain_fp32.h, fused by passes/fuse_post_ops.py: oneDNN Graph's
+# "Reduction + [Unary|Binary]*"): a float step given one applies it to the outputs of each
+# work item right after they are stored (still in L1), through ppl_post_chain_range, so an
+# element-wise tail costs no pass over memory of its own.  With inner == 1 a thread applies it
+# to its whole run of outputs once they are done.
 
 from libc.math cimport fabsf, logf, sqrtf, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
@@ -43,6 +49,7 @@ import numpy as np
 from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
+include "_brgemm_fp32.pxi"  # the post-op chain declarations (_post_chain_fp32.pxi)
 
 
 cdef enum:
@@ -208,6 +215,7 @@ cdef struct ReduceArgs:
     int noop
     double ident_f          # identity of the combine (float, and int/bool below)
     int64_t ident_i
+    RunChain rc             # float32 only; len 0: none
 
 
 cdef uint64_t _axes_mask(const ReduceArgs *a) noexcept nogil:
@@ -449,6 +457,11 @@ cdef void _lin_run(const num_t *x, num_t *y, const ReduceArgs *a, int tid,
             y[o] = _lin_contig(x, &g, _kept_offset(&g, o), a.kind, ident)
         else:
             _lin_cols(x, &g, _kept_offset(&g, o) + c0, w, y + o * g.inner + c0, a.kind, ident)
+            if num_t is float:
+                _run_chain(&a.rc, o * g.inner + c0, w)
+    if num_t is float:
+        if g.inner == 1:
+            _run_chain(&a.rc, b, e - b)
 
 
 cdef void _lin_f32_step(const void *p, int tid, int nthreads) noexcept nogil:
@@ -534,6 +547,9 @@ cdef void _sum_f32_step(const void *p, int tid, int nthreads) noexcept nogil:
             _sum_q_cols(x, &g, base, 0, g.Q, w, acc, f, shift)
             for j in range(w):
                 y[o * g.inner + c0 + j] = _post(acc[j], a.kind, scale, shift[j])
+            _run_chain(&a.rc, o * g.inner + c0, w)
+    if g.inner == 1:
+        _run_chain(&a.rc, b, e - b)
 
 
 _IDENTITY = {
@@ -562,11 +578,15 @@ def axes_mask(axes, int rank, bint noop=False):
 
 
 def make_reduce_step(int kind, int dtype, size_t x, size_t y, dims, mask=None,
-                     size_t axes=0, Py_ssize_t n_axes=0, bint noop=False, keep=None):
+                     size_t axes=0, Py_ssize_t n_axes=0, bint noop=False, keep=None, *,
+                     post_chain=(), Py_ssize_t channels=0, Py_ssize_t cstride=0,
+                     bint blocked=False):
     """The step y = reduce(x) over the axes of ``mask`` (bits of dims), or over the int64
     tensor of ``n_axes`` values at address ``axes`` read when the step runs (negative
     allowed; none means every axis, or none with ``noop``).  ``dims``: x's (physical) dims;
-    y holds the kept dims in order."""
+    y holds the kept dims in order.  ``post_chain`` (float32 only): the post-op entries of
+    _post_chain_fp32.pxi applied to every output, y laid out as ``channels``, ``cstride``
+    and ``blocked`` say (ppl_post_chain_range)."""
     if dtype not in KINDS_OF_DTYPE:
         raise ValueError(f"element type code {dtype}: expected one of {sorted(KINDS_OF_DTYPE)}")
     if kind not in KINDS_OF_DTYPE[dtype]:
@@ -583,6 +603,8 @@ def make_reduce_step(int kind, int dtype, size_t x, size_t y, dims, mask=None,
         raise ValueError(f"n_axes = {n_axes}: expected a count")
     if y == 0:
         raise ValueError("y must be a valid address")
+    if post_chain and dtype != DT_F32:
+        raise ValueError("a post-op chain needs a float32 reduction")
     size = 1
     for d in dims:
         size *= d
@@ -617,6 +639,7 @@ def make_reduce_step(int kind, int dtype, size_t x, size_t y, dims, mask=None,
         args.ident_f = float(ident)
     else:
         args.ident_i = int(ident)
+    _fill_run_chain(&args.rc, post_chain, y, channels, cstride, blocked, "reduce")
     step.label = "reduce"
     return step
 

@@ -16,6 +16,10 @@
 # source lies outside the crop (tf_crop_and_resize) gets the extrapolation value.  The N16CX
 # layout (N, C/16, H, W, 16) is the same computation with the 16 lanes as the innermost axis.
 #
+# Post-op chains (_post_chain_fp32.h, fused by passes/fuse_post_ops.py: oneDNN Graph's
+# "Resize + [Unary|Binary]*"): the last pass, which writes y, applies the chain to each row
+# (or row piece) right after storing it, while it is in L1 (ppl_post_chain_range).
+#
 # RoiAlign samples each bin of each region on a regular grid and averages (or takes the max of)
 # bilinear interpolations, as onnx.reference and ONNX Runtime do; the regions are data, so the
 # step computes coordinates when it runs.  NonMaxSuppression is a serial greedy selection per
@@ -29,6 +33,8 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 import numpy as np
 
 from pplpy.runtime.step import run_steps
+
+include "_brgemm_fp32.pxi"  # the post-op chain declarations (_post_chain_fp32.pxi)
 
 cdef enum:
     # Multiply-adds below which a step runs serially: a fork and join cost more than they save.
@@ -46,6 +52,7 @@ cdef struct AxisArgs:
     const float* weight         # (out_size, taps)
     const unsigned char* outside  # NULL, or (out_size,): 1 where y takes `fill`
     float fill
+    RunChain rc                 # the last pass's post-op chain; len 0: none
 
 
 cdef void _axis_rows_step(const void* a, int tid, int nthreads) noexcept nogil:
@@ -64,6 +71,7 @@ cdef void _axis_rows_step(const void* a, int tid, int nthreads) noexcept nogil:
         if p.outside != NULL and p.outside[o]:
             for j in range(inner):
                 y[j] = fill
+            _run_chain(&p.rc, item * inner, inner)
             continue
         src = p.x + (row * p.in_size + p.index[o * taps]) * inner
         w = p.weight[o * taps]
@@ -74,6 +82,7 @@ cdef void _axis_rows_step(const void* a, int tid, int nthreads) noexcept nogil:
             w = p.weight[o * taps + k]
             for j in range(inner):
                 y[j] = y[j] + w * src[j]
+        _run_chain(&p.rc, item * inner, inner)
 
 
 cdef inline void _last_axis_row(const AxisArgs* p, const float* x, float* y, Py_ssize_t o0,
@@ -111,15 +120,19 @@ cdef void _axis_last_step(const void* a, int tid, int nthreads) noexcept nogil:
         o0 = begin - row * out_size
         o1 = out_size if end - row * out_size > out_size else end - row * out_size
         _last_axis_row(p, p.x + row * p.in_size, p.y + row * out_size, o0, o1)
+        _run_chain(&p.rc, row * out_size + o0, o1 - o0)
         begin = row * out_size + o1
 
 
 def make_resize_axis_step(size_t x, size_t y, Py_ssize_t outer, Py_ssize_t in_size,
                           Py_ssize_t inner, index, weight, outside=None, float fill=0,
-                          keep=None):
+                          keep=None, *, post_chain=(), Py_ssize_t channels=0,
+                          Py_ssize_t cstride=0, bint blocked=False):
     """The step y[a, o, b] = sum_k weight[o, k] * x[a, index[o, k], b] (x: (outer, in_size,
     inner), y: (outer, out_size, inner)); where ``outside[o]`` is set, y = ``fill``.
-    ``index`` int64 and ``weight`` float32 are (out_size, taps) arrays the step keeps."""
+    ``index`` int64 and ``weight`` float32 are (out_size, taps) arrays the step keeps.
+    ``post_chain``: post-op entries (_post_chain_fp32.pxi) applied to every output, y laid
+    out as ``channels``, ``cstride`` and ``blocked`` say (ppl_post_chain_range)."""
     index = np.ascontiguousarray(index, dtype=np.int64)
     weight = np.ascontiguousarray(weight, dtype=np.float32)
     if index.ndim != 2 or index.shape[1] < 1 or weight.shape != index.shape:
@@ -161,15 +174,17 @@ def make_resize_axis_step(size_t x, size_t y, Py_ssize_t outer, Py_ssize_t in_si
         out_view = outside
         args.outside = &out_view[0]
     args.fill = fill
+    _fill_run_chain(&args.rc, post_chain, y, channels, cstride, blocked, "resize")
     return step
 
 
-def make_resize_steps(size_t x, size_t y, dims, passes, keep=None):
+def make_resize_steps(size_t x, size_t y, dims, passes, keep=None, **chain):
     """The steps of a separable resize of the tensor at x (physical ``dims``) into y.
 
     ``passes``: [(axis, index, weight, outside, fill)] in order, each resizing ``axis`` of the
     result so far (see make_resize_axis_step).  Intermediate results live in float32 scratch
-    arrays that the steps keep.  No pass: y = x (a one-tap identity pass)."""
+    arrays that the steps keep.  No pass: y = x (a one-tap identity pass).  ``chain``: the
+    post-op chain arguments of make_resize_axis_step, given to the last pass."""
     dims = [int(d) for d in dims]
     if not passes:
         n = dims[0] if dims else 1
@@ -187,7 +202,8 @@ def make_resize_steps(size_t x, size_t y, dims, passes, keep=None):
             inner *= d
         in_size = current[axis]
         current[axis] = len(index)
-        if i == len(passes) - 1:
+        last = i == len(passes) - 1
+        if last:
             dst, scratch = y, None
         else:
             size = 1
@@ -196,7 +212,8 @@ def make_resize_steps(size_t x, size_t y, dims, passes, keep=None):
             scratch = np.empty(max(size, 1), np.float32)
             dst = scratch.__array_interface__["data"][0]
         steps.append(make_resize_axis_step(src, dst, outer, in_size, inner, index, weight,
-                                           outside, fill, keep=(keep, previous, scratch)))
+                                           outside, fill, keep=(keep, previous, scratch),
+                                           **(chain if last else {})))
         src, previous = dst, scratch
     return steps
 

@@ -1,2 +1,7 @@
-# Resize, RoiAlign and NonMaxSuppression kernels, fma build: the body is _resize_fp32.pxi.
+# Resize, RoiAlign and NonMaxSuppression kernels, fma build: the body is
+# _resize_fp32.pxi, vectors of 8 floats (post-op chains).
+cdef extern from *:
+    """
+    #define PPL_VLEN 8
+    """
 include "_resize_fp32.pxi"

@@ -67,6 +67,13 @@ class PostOpKind(enum.IntEnum):
     SUM = 1  # x = p0 * other + x, other a tensor of the output's shape and layout
     BINARY = 2  # x = x (alg) operand
     PRELU = 3  # x = x if x >= 0 else slope * x
+    SELECT = 4  # x = x if cond else other (alg 1: other if cond else x): ONNX Where
+
+
+class SelectAlg(enum.IntEnum):
+    """Which side of a Where the chain's running value is."""
+    KEEP_WHERE_TRUE = 0  # Where(cond, x, other)
+    KEEP_WHERE_FALSE = 1  # Where(cond, other, x)
 
 
 class BinaryAlg(enum.IntEnum):
@@ -86,14 +93,28 @@ class Broadcast(enum.IntEnum):
 
 @dataclass(frozen=True)
 class PostOpEntry:
-    """One post-op of a chain.  ``alg``: the PostOp code (eltwise) or BinaryAlg (binary);
-    ``operand``: the index in the fused node's inputs of the operand (sum, binary, prelu)."""
+    """One post-op of a chain.  ``alg``: the PostOp code (eltwise), BinaryAlg (binary) or
+    SelectAlg (select); ``operand``: the index in the fused node's inputs of the operand
+    (sum, binary, prelu; select: the other value); ``condition``: a select's bool condition
+    input, broadcast as ``condition_broadcast``."""
     kind: PostOpKind
     alg: int = 0
     p0: float = 0.0
     p1: float = 0.0
     operand: int | None = None
     broadcast: Broadcast = Broadcast.ELEMENT
+    condition: int | None = None
+    condition_broadcast: Broadcast = Broadcast.ELEMENT
+
+    @property
+    def operands(self):
+        """(input index, broadcast, is a condition) of every input the entry reads."""
+        out = []
+        if self.operand is not None:
+            out.append((self.operand, self.broadcast, False))
+        if self.condition is not None:
+            out.append((self.condition, self.condition_broadcast, True))
+        return tuple(out)
 
     def describe(self, names=None):
         """A short readable form: ``relu``, ``clip(0, 6)``, ``sum(1 * r)``,
@@ -106,6 +127,11 @@ class PostOpEntry:
             return name if self.p0 == 0 and self.p1 == 0 else f"{name}({self.p0:g}, {self.p1:g})"
         if self.kind is PostOpKind.SUM:
             return f"sum({self.p0:g} * {operand})"
+        if self.kind is PostOpKind.SELECT:
+            cond = names[self.condition] if names is not None else f"input {self.condition}"
+            sides = ("x", operand) if self.alg == SelectAlg.KEEP_WHERE_TRUE else (operand, "x")
+            return (f"select({cond}, {self.condition_broadcast.name.lower()}: {sides[0]}, "
+                    f"{sides[1]}, {self.broadcast.name.lower()})")
         name = BinaryAlg(self.alg).name.lower() if self.kind is PostOpKind.BINARY else "prelu"
         return f"{name}({operand}, {self.broadcast.name.lower()})"
 
@@ -116,15 +142,15 @@ def eltwise(code, p0=0.0, p1=0.0):
 
 
 def chain_args(post_ops, inputs, held=None):
-    """The (kind, alg, p0, p1, address, broadcast) entries of ``post_ops`` for make_*_step:
-    operand addresses from the step's input slots (``held``: input index -> an array the
-    kernel keeps instead, for a constant operand)."""
-    entries = []
-    for e in post_ops:
-        address = 0
-        if e.operand is not None:
-            array = (held or {}).get(e.operand)
-            address = array.ctypes.data if array is not None else inputs[e.operand].address
-        entries.append((int(e.kind), int(e.alg), float(e.p0), float(e.p1), address,
-                        int(e.broadcast)))
-    return entries
+    """The (kind, alg, p0, p1, address, broadcast, cond_address, cond_broadcast) entries of
+    ``post_ops`` for make_*_step: operand addresses from the step's input slots (``held``:
+    input index -> an array the kernel keeps instead, for a constant operand)."""
+    def address(index):
+        if index is None:
+            return 0
+        array = (held or {}).get(index)
+        return array.ctypes.data if array is not None else inputs[index].address
+
+    return [(int(e.kind), int(e.alg), float(e.p0), float(e.p1), address(e.operand),
+             int(e.broadcast), address(e.condition), int(e.condition_broadcast))
+            for e in post_ops]

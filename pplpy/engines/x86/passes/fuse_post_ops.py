@@ -1,7 +1,8 @@
 """Fusion into post-op chains: the element-wise nodes that follow a Conv, ConvTranspose,
-Gemm, MatMul, pplpy::MatMulBias or a pool (MaxPool without Indices, AveragePool, Global
-Average/MaxPool) run inside that kernel's epilogue, while the output tile is still in
-registers or L1 (oneDNN's post-ops, reference/000), instead of as passes over memory.
+Gemm, MatMul, pplpy::MatMulBias, a pool (MaxPool without Indices, AveragePool, Global
+Average/MaxPool), a float32 reduction (Reduce*) or a Resize run inside that kernel's epilogue,
+while the output tile is still in registers or L1 (oneDNN's post-ops, reference/000; oneDNN
+Graph's Reduction / Resize + [Unary|Binary]*), instead of as passes over memory.
 
 What joins a producer's chain, in order, up to MAX_POST_OPS entries, each time the
 producer's output has that node as its single reader (not a graph output) in the same
@@ -14,7 +15,10 @@ format and float32:
   Gemm / MatMul: the last axis) or per element (the output's own shape, and its format:
   N16CX for a conv): a binary entry, or for Add per element the sum entry (ResNet's residual
   Add, so that Conv -> Add(other branch) -> Relu becomes Conv with post-ops [sum, relu]);
-- PRelu of the output, its slope broadcast as above: a prelu entry.
+- PRelu of the output, its slope broadcast as above: a prelu entry;
+- after a Gemm / MatMul / MatMulBias, Where(cond, output, other) or Where(cond, other,
+  output), cond a bool value and other a float, each broadcast as above: a select entry
+  (oneDNN Graph's MatMul + ... + Select).
 
 Operands are other values of the graph (or constants), read by the kernel at run time: each
 is appended to the producer's inputs (after its optional inputs, padded with ""), so the
@@ -28,6 +32,7 @@ node's output value; the fused nodes are gone.  Runs after reorder insertion, so
 already agree.  ``X86Engine(fusion=False)`` (``pplnn --disable-fusion``) skips it.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -35,7 +40,7 @@ import numpy as np
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.impls.post_ops import (MAX_POST_OPS, BinaryAlg, Broadcast,
-                                              PostOpEntry, PostOpKind, eltwise)
+                                              PostOpEntry, PostOpKind, SelectAlg, eltwise)
 
 # Producer -> (inputs before the operands, axis of channels in the output: 1 or -1).
 # MatMul: every shape (batched, 1-D operands) runs on the gemm step, whose epilogue applies
@@ -60,6 +65,16 @@ FUSING_PRODUCERS = {
     ("pplpy", "Gemm"): (3, -1),
     ("pplpy", "MatMul"): (2, -1),
 }
+# Producers that write their output in runs (reductions, Resize: ppl_post_chain_range):
+# op_type -> inputs before the operands (x and axes; x, roi, scales and sizes); channels on
+# axis 1.  Their pplpy twins are the same ops read back from a saved optimised model.
+REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+              "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
+RUN_PRODUCERS = {**{op_type: 2 for op_type in REDUCE_OPS}, "Resize": 4}
+FUSING_PRODUCERS.update({(domain, op_type): (fixed, 1)
+                         for op_type, fixed in RUN_PRODUCERS.items() for domain in ("", "pplpy")})
+# Producers after which a Where joins the chain as a select entry: the GEMMs.
+SELECT_PRODUCERS = frozenset(key for key, (_, axis) in FUSING_PRODUCERS.items() if axis == -1)
 BINARY_OPS = {("", "Add"): BinaryAlg.ADD, ("", "Mul"): BinaryAlg.MUL,
               ("", "Max"): BinaryAlg.MAX, ("", "Min"): BinaryAlg.MIN}
 
@@ -95,12 +110,12 @@ def activation_post_op(graph, node, op):
     return eltwise(row.code, lo, hi)
 
 
-def operand_broadcast(graph, producer, out, other):
-    """How value ``other`` broadcasts to the producer's output ``out``: a Broadcast, or None
-    when it does not fit a post-op (another broadcast, unknown dims, another format or
-    type)."""
+def operand_broadcast(graph, producer, out, other, dtype=DataType.FLOAT32):
+    """How value ``other`` (of type ``dtype``) broadcasts to the producer's output ``out``: a
+    Broadcast, or None when it does not fit a post-op (another broadcast, unknown dims,
+    another format or type)."""
     o_rec, v_rec = graph.values[out], graph.values[other]
-    if v_rec.dtype is not DataType.FLOAT32 or o_rec.dims is None or v_rec.dims is None:
+    if v_rec.dtype is not dtype or o_rec.dims is None or v_rec.dims is None:
         return None
     out_dims, dims = tuple(o_rec.dims), tuple(v_rec.dims)
     if len(dims) > len(out_dims):
@@ -129,15 +144,38 @@ def operand_broadcast(graph, producer, out, other):
     return None
 
 
+def select_post_op(graph, producer, out, reader, index):
+    """(select entry, {field: value name}) for a Where reading ``out`` as input ``index``
+    (1 or 2), or None."""
+    if producer.key not in SELECT_PRODUCERS or len(reader.inputs) != 3 or index == 0:
+        return None
+    cond, other = reader.inputs[0], reader.inputs[3 - index]
+    if not cond or not other or out in (cond, other):
+        return None
+    if graph.values[reader.outputs[0]].dims != graph.values[out].dims:
+        return None  # the condition or the other value would widen the output
+    cond_broadcast = operand_broadcast(graph, producer, out, cond, DataType.BOOL)
+    broadcast = operand_broadcast(graph, producer, out, other)
+    if cond_broadcast is None or broadcast is None:
+        return None
+    alg = SelectAlg.KEEP_WHERE_TRUE if index == 1 else SelectAlg.KEEP_WHERE_FALSE
+    return (PostOpEntry(PostOpKind.SELECT, int(alg), broadcast=broadcast,
+                        condition_broadcast=cond_broadcast),
+            {"operand": other, "condition": cond})
+
+
 def reader_post_op(graph, producer, out, reader, index, op):
-    """(entry, operand value name or None) for the single reader of ``out``, or None."""
+    """(entry, {entry field: operand value name}) for the single reader of ``out``, or
+    None."""
     if index == 0:
         entry = activation_post_op(graph, reader, op)
         if entry is not None:
             if (graph.values[out].format is DataFormat.N16CX
                     and not op.activation.keeps_padding):
                 return None  # f(0) is not finite: the epilogue would poison the padding lanes
-            return entry, None
+            return entry, {}
+    if reader.key == ("", "Where"):
+        return select_post_op(graph, producer, out, reader, index)
     if reader.key in BINARY_OPS and len(reader.inputs) == 2:
         other = reader.inputs[1 - index]
         kind, alg = PostOpKind.BINARY, BINARY_OPS[reader.key]
@@ -153,14 +191,15 @@ def reader_post_op(graph, producer, out, reader, index, op):
     if broadcast is None:
         return None
     if kind is PostOpKind.BINARY and alg is BinaryAlg.ADD and broadcast is Broadcast.ELEMENT:
-        return PostOpEntry(PostOpKind.SUM, 0, 1.0), other  # the residual Add
-    return PostOpEntry(kind, int(alg), broadcast=broadcast), other
+        return PostOpEntry(PostOpKind.SUM, 0, 1.0), {"operand": other}  # the residual Add
+    return PostOpEntry(kind, int(alg), broadcast=broadcast), {"operand": other}
 
 
-def _append_operand(graph, node, name):
-    """Add value ``name`` as the last input of ``node``, after its optional inputs; returns
-    its index."""
-    fixed, _ = FUSING_PRODUCERS[node.key]
+def _append_operand(graph, node, op, name):
+    """Add value ``name`` as the last input of ``node``, after its optional inputs (the
+    table's count, or ``op.own_inputs`` where the op's version says: a Reduce* whose axes are
+    an attribute has one); returns its index."""
+    fixed = getattr(op, "own_inputs", None) or FUSING_PRODUCERS[node.key][0]
     while len(node.inputs) < fixed:
         graph.append_input(node, "")
     graph.append_input(node, name)
@@ -191,13 +230,14 @@ def fuse_post_ops(graph, ops):
             found = reader_post_op(graph, node, out, reader, index, ops.get(reader))
             if found is None:
                 break
-            entry, other = found
+            entry, operands = found
             result = reader.outputs[0]
             graph.remove_node(reader)
             graph.set_output(node, 0, result)
-            if other is not None:
-                entry = PostOpEntry(entry.kind, entry.alg, entry.p0, entry.p1,
-                                    _append_operand(graph, node, other), entry.broadcast)
+            if operands:
+                entry = dataclasses.replace(entry, **{
+                    field: _append_operand(graph, node, op, name)
+                    for field, name in operands.items()})
                 operands_added = True
             op.post_ops = post_ops + [entry]
             del ops[reader]

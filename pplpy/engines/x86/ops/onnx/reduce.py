@@ -12,6 +12,12 @@ A reduction over spatial axes that keeps N's and C's axes with keepdims (ReduceM
 W in a squeeze-excite block) runs on N16CX input and writes N16CX: on the physical layout
 (N, C/16, *S, 16) it is the same reduction over the same axes, and zero padding lanes reduce
 to finite values (ReduceLogSum, log(0), stays NDARRAY).
+
+Element-wise nodes after a float32 reduction may run in its step as a post-op chain applied to
+each output value as it is stored (passes/fuse_post_ops.py, ``op.post_ops``; oneDNN Graph's
+Reduction + [Unary|Binary]*); per-channel operands broadcast along the output's axis 1.  The
+fused node keeps its own inputs (x and, from ReduceSum-13 / opset 18, axes) and reads the
+operands after them.
 """
 
 import numpy as np
@@ -22,6 +28,7 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.onnx.shape import check_int64_input
 from pplpy.engines.x86.ops.op_context import X86OptKernel
+from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.errors import ShapeError
 from pplpy.params.onnx import ArgReduceParam, CumSumParam, ReduceAxesInputParam, ReduceParam
 
@@ -40,11 +47,18 @@ def _known(dim):
 
 
 class ReduceKernel(X86Kernel):
+    def __init__(self, op):
+        super().__init__(op)
+        self.post_chain = PostChain(op)  # set by the fusion pass
+        self.packed_inputs = self.post_chain.packed_inputs
+
     def make_step(self, io):
         if not self.has_work(io):
             return None
         impl = self.impl(_FAMILY)
         x, y = io.inputs[0], io.outputs[0]
+        keep = [x.array, y.array]
+        chain = self.post_chain.run_kwargs(io, keep) if self.post_chain.entries else {}
         shape = x.shape
         code = _DT_CODES[shape.data_type]
         kind = impl.KINDS[self.op.kind]
@@ -59,27 +73,34 @@ class ReduceKernel(X86Kernel):
                 axes = range(rank)
             mask = impl.axes_mask(tuple(a % rank for a in axes), len(dims), self.op.noop)
             return impl.make_reduce_step(kind, code, x_address, y.address, dims, mask=mask,
-                                         keep=(x.array, y.array))
+                                         keep=tuple(keep), **chain)
         axes_slot = io.inputs[1]
         n_axes = axes_slot.shape.element_count
         return impl.make_reduce_step(kind, code, x_address, y.address, dims,
                                      axes=axes_slot.address if n_axes else 1, n_axes=n_axes,
                                      noop=bool(self.op.noop),
-                                     keep=(x.array, y.array, axes_slot.array))
+                                     keep=(*keep, axes_slot.array), **chain)
 
 
 class ReduceOp(X86OptKernel):
     """y = post(combine over ``axes`` of f(x)): the kind names f, combine and post."""
 
     kind = None             # the impl's name: "sum", "mean", ...
-    axes_input_since = 18   # first opset with axes as an input
     supported_types = _FLOAT
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     value_inputs = (1,)
 
     @property
     def axes_from_input(self):
-        return self.node.opset >= self.axes_input_since
+        # By the param's form rather than the node's opset: a pplpy::Reduce* twin of a saved
+        # optimised model (ops/pplpy/standard_twins.py) stands for either form.
+        return isinstance(self.param, ReduceAxesInputParam)
+
+    @property
+    def own_inputs(self):
+        """Inputs before fused post-op operands (passes/fuse_post_ops.py): x, and axes once
+        they are an input."""
+        return 2 if self.axes_from_input else 1
 
     @property
     def noop(self):
@@ -161,7 +182,6 @@ class ReduceSumOp(ReduceOp):
     """y = sum of x over axes."""
 
     kind = "sum"
-    axes_input_since = 13
     supported_types = _NUMERIC
 
 

@@ -18,6 +18,11 @@ A 4-D resize that keeps the channel axis runs in N16CX when its input arrives bl
 decoder's or FPN's upsampling): on the physical (N, C/16, H, W, 16) layout it is the same
 passes with 16 lanes innermost.  tf_crop_and_resize, whose extrapolation would write the
 padding lanes, stays NDARRAY.
+
+Element-wise nodes after a Resize may run in its last pass as a post-op chain applied to each
+output row as it is stored (passes/fuse_post_ops.py, ``op.post_ops``; oneDNN Graph's Resize +
+[Unary|Binary]*); per-channel operands broadcast along the output's axis 1, and the operands
+are inputs after roi, scales and sizes.
 """
 
 import math
@@ -29,6 +34,7 @@ from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
+from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.errors import ShapeError
 from pplpy.params.onnx import (
     Resize10Param,
@@ -174,6 +180,11 @@ def _vector(value):
 
 
 class ResizeKernel(X86Kernel):
+    def __init__(self, op):
+        super().__init__(op)
+        self.post_chain = PostChain(op)  # set by the fusion pass
+        self.packed_inputs = self.post_chain.packed_inputs
+
     def make_step(self, io):
         if not self.has_work(io):
             return None
@@ -188,8 +199,10 @@ class ResizeKernel(X86Kernel):
             if any(axis < 2 for axis, *_ in passes):
                 raise ShapeError(f"{self.node.describe()}: N16CX resize must keep N and C")
             physical = tuple(x.shape.physical_dims)
+        keep = [x.array, y.array]
+        chain = self.post_chain.run_kwargs(io, keep) if self.post_chain.entries else {}
         return self.impl(_FAMILY).make_resize_steps(x.address, y.address, physical, passes,
-                                                    keep=(x.array, y.array))
+                                                    keep=tuple(keep), **chain)
 
 
 class ResizeOp(X86OptKernel):
@@ -369,6 +382,7 @@ class Resize10Op(ResizeOp):
     legacy = True
     scales_input = 1
     value_inputs = (1,)
+    own_inputs = 2  # x, scales: inputs before fused post-op operands
 
 
 @op("", "Resize", since=11, param=ResizeParam)
