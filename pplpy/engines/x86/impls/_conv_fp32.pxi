@@ -20,8 +20,14 @@
 # flattened H*W pixels.
 #
 # Depthwise path (one input channel per group): each output channel block is vectorised
-# over its 16 channels (ppl_dw_row); with a channel multiplier > 1 an item first gathers
-# each output channel's input channel into one plane of its thread's scratch.
+# over its 16 channels.  Square 3x3 / 5x5 kernels with stride 1 or 2 and no dilation (every
+# depthwise layer of MobileNet, EfficientNet, ShuffleNet) run _dwconv_fp32.h's kernel:
+# kernel size, stride and activation compile-time constants, tiles of pixels in registers,
+# the activation applied before the store; planes up to PPL_DWC_SLAB_W wide are first copied
+# per item (a block of output rows) into a zero-padded slab, so no pixel needs a bounds
+# check, wider ones go row by row with only their border pixels copied.  Other depthwise
+# convs take the general row kernel (ppl_dw_row); with a channel multiplier > 1 an item
+# first gathers each output channel's input channel into one plane of its thread's scratch.
 #
 # The op is one compiled step of the run plan: its work items (image, block of output rows,
 # row segment, panel) are independent output blocks, and thread tid of the team takes its
@@ -49,11 +55,29 @@ _POST_OPS = frozenset(int(code) for code in PostOp)
 
 include "_brgemm_fp32.pxi"
 
+cdef extern from "_dwconv_fp32.h" nogil:
+    int ppl_dwc_supported(int K, int S)
+    Py_ssize_t ppl_dwc_slab_width(Py_ssize_t W, int pl, Py_ssize_t OW, int K, int S)
+    void ppl_dwc_fill(const float *x, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ih0,
+                      Py_ssize_t nrows, int pl, Py_ssize_t wp, float *slab)
+    void ppl_dwc_rows(int K, int S, int code, const float *slab, Py_ssize_t wp,
+                      Py_ssize_t nrows, Py_ssize_t OW, const float *w, const float *bias,
+                      float *y, float p0, float p1)
+    void ppl_dwc_row(int K, int S, int code, const float *x, Py_ssize_t H, Py_ssize_t W,
+                     const float *zero, float *edge, Py_ssize_t oh, int pt, int pl,
+                     Py_ssize_t OW, const float *w, const float *bias, float *y, float p0,
+                     float p1)
+    enum:
+        PPL_DWC_SLAB_W
+
 cdef enum:
     # Output pixels a work item covers at least (rows permitting): a panel's weights, read
     # from L2, then serve many pixels, and border columns get tiles several rows tall.
     _ITEM_PIXELS = 32 * PPL_MR
     _PARALLEL_FLOPS = 1 << 20   # a smaller conv runs as a serial step
+    # Floats of one depthwise slab (_dwconv_fp32.h) at most (128 KB): L2-resident while its
+    # item computes from it, and tall enough that the rows two items share are few.
+    _DW_SLAB_FLOATS = 32 * 1024
     _BIAS_TMP = 32              # scratch floats for one item's biases (PPL_NB and PPL_CB <= 32)
 
 ctypedef struct _ConvDims:
@@ -79,6 +103,8 @@ ctypedef struct _ConvArgs:
     ppl_epilogue ep                # its chain is &chain: the post-ops past ep's inline prefix
     ppl_post_chain chain
     Py_ssize_t nrowblk, rows, nseg, nitems
+    int fixed                      # depthwise: _dwconv_fp32.h's kernel, 2 through a slab
+    Py_ssize_t wp                  # its slab width in pixels
     const float **ptrs             # max_threads slices of 2 * cap batch pointers
     Py_ssize_t cap
     float *scratch                 # max_threads slices of scratch_floats
@@ -360,6 +386,32 @@ cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nog
                              n, oh_lo, oh_hi, ow_lo, ow_hi, p, &c.ep, a_ptrs, b_ptrs)
 
 
+cdef void _conv_dw_slab_item(const _ConvArgs *c, Py_ssize_t item, float *scratch,
+                             float *slab) noexcept nogil:
+    """Item (image, channel block, block of c.rows output rows) of a depthwise conv on the
+    slab kernel: its input rows copied with their padding into slab, then every row."""
+    cdef const _ConvDims *d = &c.d
+    cdef Py_ssize_t rb = item % c.nrowblk, rest = item // c.nrowblk
+    cdef Py_ssize_t cb = rest % d.ocb, n = rest // d.ocb
+    cdef Py_ssize_t oh_lo = rb * c.rows, oh_hi = min(d.OH, (rb + 1) * c.rows)
+    cdef Py_ssize_t taps = <Py_ssize_t>d.kh * d.kw
+    cdef const float *bias = _item_bias(c, cb * PPL_CB, PPL_CB, scratch)
+    cdef const float *wp
+    cdef float *y_p = c.y + ((n * d.ocb + cb) * d.OH + oh_lo) * d.OW * PPL_CB
+    if c.w != NULL:
+        wp = c.w + cb * taps * PPL_CB
+    else:
+        _pack_dw_block(c.raw_w, c.oc, taps, cb, scratch + _BIAS_TMP)
+        wp = scratch + _BIAS_TMP
+    ppl_dwc_fill(c.x + (n * d.icb + cb) * d.H * d.W * PPL_CB, d.H, d.W, oh_lo * d.sh - d.pt,
+                 (oh_hi - oh_lo - 1) * d.sh + d.kh, d.pl, c.wp, slab)
+    ppl_dwc_rows(d.kh, d.sh, c.ep.post_op, slab, c.wp, oh_hi - oh_lo, d.OW, wp, bias, y_p,
+                 c.ep.p0, c.ep.p1)
+    if c.ep.chain != NULL:  # the rest of the chain on the rows just written
+        ppl_post_chain_tile(&c.chain, c.ep.chain_first, y_p, PPL_CB, 0,
+                            (oh_hi - oh_lo) * d.OW, PPL_CB, cb * PPL_CB)
+
+
 cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept nogil:
     """Items (image, channel block, output row); whole planes when an item must first gather
     its input channels (channel multiplier > 1)."""
@@ -379,10 +431,14 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
         if tid >= c.max_threads:
             return
         nthreads = c.max_threads
-    scratch = c.scratch + tid * c.scratch_floats  # [bias][taps x 16][plane]
+    # [bias][taps x 16][plane], [slab], or [W * 16 zeros][edge: taps x 16]
+    scratch = c.scratch + tid * c.scratch_floats
     gathered = scratch + _BIAS_TMP + taps * PPL_CB
     ppl_partition(c.nitems, tid, nthreads, &begin, &end)
     for item in range(begin, end):
+        if c.fixed == 2:
+            _conv_dw_slab_item(c, item, scratch, gathered)
+            continue
         if whole:
             oh_lo, oh_hi, rest = 0, d.OH, item
         else:
@@ -412,8 +468,14 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
             x_p = c.x + (n * d.icb + cb) * plane
         y_p = c.y + (n * d.ocb + cb) * d.OH * d.OW * PPL_CB
         for oh in range(oh_lo, oh_hi):
-            ppl_dw_row(x_p, d.H, d.W, wp, bias, y_p + oh * d.OW * PPL_CB, d.OW, oh, d.kh, d.kw,
-                       d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op, c.ep.p0, c.ep.p1)
+            if c.fixed:
+                ppl_dwc_row(d.kh, d.sh, c.ep.post_op, x_p, d.H, d.W, gathered,
+                            gathered + d.W * PPL_CB, oh, d.pt, d.pl, d.OW, wp, bias,
+                            y_p + oh * d.OW * PPL_CB, c.ep.p0, c.ep.p1)
+            else:
+                ppl_dw_row(x_p, d.H, d.W, wp, bias, y_p + oh * d.OW * PPL_CB, d.OW, oh, d.kh,
+                           d.kw, d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op, c.ep.p0,
+                           c.ep.p1)
             if c.ep.chain != NULL:  # the rest of the chain on the row just written
                 ppl_post_chain_tile(&c.chain, c.ep.chain_first, y_p + oh * d.OW * PPL_CB,
                                     PPL_CB, 0, d.OW, PPL_CB, cb * PPL_CB)
@@ -495,7 +557,27 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     cdef Py_ssize_t taps = <Py_ssize_t>kh * kw
     cdef Py_ssize_t mult = out_c // in_c if depthwise else 1
     cdef Py_ssize_t nrowblk = 1, rows = 1, nseg = 1
-    if depthwise:
+    # Square 3x3 / 5x5, stride 1 or 2, no dilation: the kernel of _dwconv_fp32.h; on narrow
+    # planes through a slab, items of as many output rows as fit _DW_SLAB_FLOATS (at least
+    # one); on wide ones row by row, with a row of zeros and a K x K edge buffer.
+    cdef int fixed = 0
+    if (depthwise and mult == 1 and kh == kw and stride_h == stride_w and dil_h == 1
+            and dil_w == 1 and ppl_dwc_supported(kh, stride_h)):
+        fixed = 2 if W <= PPL_DWC_SLAB_W else 1
+    cdef Py_ssize_t wp = 0
+    if fixed == 2:
+        scratch_floats += taps * PPL_CB
+        wp = ppl_dwc_slab_width(W, pad_left, OW, kw, stride_w)
+        rows = max(<Py_ssize_t>1, min(OH, (_DW_SLAB_FLOATS // (wp * PPL_CB) - kh)
+                                      // stride_h + 1))
+        nrowblk = _ceil_div(OH, rows)
+        rows = _ceil_div(OH, nrowblk)
+        scratch_floats += ((rows - 1) * stride_h + kh) * wp * PPL_CB
+        nitems = batch * d.ocb * nrowblk
+    elif fixed == 1:
+        scratch_floats += taps * PPL_CB + W * PPL_CB + taps * PPL_CB
+        nitems = batch * d.ocb * OH
+    elif depthwise:
         scratch_floats += taps * PPL_CB
         if mult > 1:
             scratch_floats += H * W * PPL_CB
@@ -516,7 +598,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
             rows = _ceil_div(d.OH, nrowblk)
             nitems = batch * nrowblk * nseg * npanels
     scratch_floats = _ceil_div(scratch_floats, 16) * 16  # slices 64 bytes apart
-    scratch = numpy.empty(num_threads * scratch_floats, dtype=numpy.float32)
+    scratch = numpy.zeros(num_threads * scratch_floats, dtype=numpy.float32)
     ptrs = numpy.empty(num_threads * 2 * cap, dtype=numpy.uintp)
 
     cdef double flops = 2.0 * batch * out_c * OH * OW * taps * (in_c // group)
@@ -558,6 +640,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     # activation in ppl_dw_row.  The rest over the stored tile or row.
     _split_post_chain(&c.chain, &c.ep, not depthwise, depthwise)
     c.nrowblk, c.rows, c.nseg, c.nitems = nrowblk, rows, nseg, nitems
+    c.fixed, c.wp = fixed, wp
     c.ptrs = <const float **>&ptrs_v[0]
     c.cap = cap
     c.scratch = &scratch_v[0]

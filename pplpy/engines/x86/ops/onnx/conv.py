@@ -15,6 +15,10 @@ Algorithms, chosen per layer when the kernel is made (``ConvKernel.algorithm``, 
   on ResNet's 64->64 56x56 layer (one thread, avx512).  Its packed weight is 4x the raw one
   (36 instead of 9 values per channel pair).
 - ``"direct"``: direct N16CX convolution on brgemm (impls/_conv_fp32.pxi), everything else.
+  A depthwise conv (one input channel per group) is direct too, on its own kernel: for
+  square 3x3 / 5x5, stride 1 / 2, undilated ones impls/_dwconv_fp32.h (tiles of pixels in
+  registers, the activation, swish included, applied before the store, narrow planes
+  through a zero-padded slab so that no pixel checks bounds), else a general row kernel.
 
 ``PPLPY_CONV_ALGO=direct|winograd|auto`` (read when the kernel is made; default auto) forces
 an algorithm for tests and benchmarks; "winograd" still falls back to direct where Winograd
