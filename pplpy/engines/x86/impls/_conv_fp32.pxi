@@ -85,6 +85,9 @@ ctypedef struct _ConvDims:
     Py_ssize_t H, W, OH, OW
     int kh, kw, sh, sw, pt, pl, dh, dw
     int kc                         # K per batch element: 16, or in_c when one block holds all
+    int planar                     # dense: x is NCHW (in_c < 16), one batch element per
+                                   # (tap, channel) with K = 1
+    Py_ssize_t ps                  # floats between two pixels of x's rows: 16, or 1 planar
     Py_ssize_t seg                 # output pixels per work item along a row
 
 ctypedef struct _ConvArgs:
@@ -223,8 +226,11 @@ cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *
                              Py_ssize_t nicb, Py_ssize_t oh, Py_ssize_t ow,
                              const float **a_ptrs, const float **b_ptrs) noexcept nogil:
     """The brgemm batch of output pixel (oh, ow): A and B blocks of every (tap, input block)
-    whose tap lands inside the image; returns its length."""
-    cdef Py_ssize_t plane = d.H * d.W * PPL_CB
+    whose tap lands inside the image, or with a planar x of every (tap, input channel), row c
+    of the tap's block; returns its length."""
+    cdef Py_ssize_t plane = d.H * d.W * d.ps
+    # A panel of padding channels only (nicb 0) has an empty batch: its lanes get bias 0.
+    cdef Py_ssize_t per_tap = (d.kc if nicb > 0 else 0) if d.planar else nicb
     cdef Py_ssize_t ih, iw, c, nb = 0
     cdef int kh, kw
     for kh in range(d.kh):
@@ -235,9 +241,12 @@ cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *
             iw = ow * d.sw - d.pl + <Py_ssize_t>kw * d.dw
             if iw < 0 or iw >= d.W:
                 continue
-            for c in range(nicb):
-                a_ptrs[nb] = x_n + c * plane + (ih * d.W + iw) * PPL_CB
-                b_ptrs[nb] = wp + ((kh * d.kw + kw) * nicb + c) * PPL_CB * PPL_NB
+            for c in range(per_tap):
+                a_ptrs[nb] = x_n + c * plane + (ih * d.W + iw) * d.ps
+                if d.planar:
+                    b_ptrs[nb] = wp + ((kh * d.kw + kw) * PPL_CB + c) * PPL_NB
+                else:
+                    b_ptrs[nb] = wp + ((kh * d.kw + kw) * nicb + c) * PPL_CB * PPL_NB
                 nb += 1
     return nb
 
@@ -275,6 +284,9 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     # Origin of this panel's output plane; pixel (oh, ow) at + (oh * OW + ow) * 16.
     cdef float *y_p = y + (n * d.ocb + col0 // PPL_CB) * cbs + col0 % PPL_CB
     cdef const float *x_n = x + (n * d.icb + icb_lo) * d.H * d.W * PPL_CB
+    cdef int kc = 1 if d.planar else d.kc
+    if d.planar:  # one block: the image's kc planes
+        x_n = x + n * d.kc * d.H * d.W
     cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb
     cdef ppl_epilogue ep = ep_base[0]
     ep.bias = bias
@@ -305,8 +317,8 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
         end = ow_split if r_lo <= oh < r_hi else ow_hi
         if ow_lo < end:
             nb = _gather_taps(d, x_n, wp, nicb, oh, ow_lo, a_ptrs, b_ptrs)
-            _brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sw * PPL_CB,
-                        y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, d.kc, &ep)
+            _brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sw * d.ps,
+                        y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, kc, &ep)
 
     # Columns: down the column over rows whose kernel rows all fit, then the corners.
     for ow in range(ow_begin, ow_end):
@@ -314,16 +326,16 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
             continue
         if r_lo < r_hi:
             nb = _gather_taps(d, x_n, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
-            _brgemm_run(r_hi - r_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sh * d.W * PPL_CB,
+            _brgemm_run(r_hi - r_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sh * d.W * d.ps,
                         y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid,
-                        d.kc, &ep)
+                        kc, &ep)
         if ow_lo <= ow < ow_hi:
             continue  # an interior column: its other rows were done along their rows
         for oh in range(oh_lo, oh_hi):
             if r_lo <= oh < r_hi:
                 continue
             nb = _gather_taps(d, x_n, wp, nicb, oh, ow, a_ptrs, b_ptrs)
-            ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, d.kc, 0, y_p + (oh * d.OW + ow) * PPL_CB,
+            ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, kc, 0, y_p + (oh * d.OW + ow) * PPL_CB,
                        PPL_CB, cbs, &ep)
 
 
@@ -486,7 +498,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
                            Py_ssize_t OW, int kh, int kw, int stride_h, int stride_w,
                            int pad_top, int pad_left, int dil_h, int dil_w, int post_op,
                            float p0, float p1, int num_threads, *, packed_w=None,
-                           size_t w=0, bias=None, size_t b=0, post_chain=(), keep=()):
+                           size_t w=0, bias=None, size_t b=0, post_chain=(), keep=(),
+                           bint x_planar=False):
     """The step computing y = post_op(conv2d(x, W, groups=group) + bias), x and y in N16CX
     at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16), OH, OW, 16).
 
@@ -494,7 +507,10 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     weight computed at run time.  Bias: an array of out_c values, or the address b of one
     computed at run time, or neither.  Memory at addresses outlives the step (``keep``).
     Post-ops: post_op (p0, p1), then the chain post_chain (_post_chain_fp32.pxi) on y;
-    per-channel operands have out_c values, per-element ones are N16CX like y."""
+    per-channel operands have out_c values, per-element ones are N16CX like y.
+
+    x_planar: x is NCHW (N, in_c, H, W) instead, for group 1 and in_c < 16 (an image's first
+    conv, which then needs no Reorder to a mostly-padding N16CX copy)."""
     if min(stride_h, stride_w, dil_h, dil_w) < 1 or min(pad_top, pad_left) < 0:
         raise ValueError("make_conv2d_n16cx_step: strides and dilations must be >= 1, "
                          "pads >= 0")
@@ -524,6 +540,9 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
         layout = _conv_layout(out_c, in_c // group, group, kh, kw)
     num_threads = max(1, num_threads)
     cdef bint depthwise = layout["kind"] == "depthwise"
+    if x_planar and (depthwise or group != 1 or in_c >= PPL_CB):
+        raise ValueError(f"make_conv2d_n16cx_step: a planar (NCHW) x needs group 1 and fewer "
+                         f"than 16 input channels, got in_c={in_c} group={group}")
     cdef _ConvDims d
     d.icb = _ceil_div(in_c, PPL_CB)
     d.ocb = _ceil_div(out_c, PPL_CB)
@@ -533,6 +552,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     # With fewer than 16 input channels (an RGB first layer) the rest of the block is
     # padding: reduce over the real channels only (their weight rows come first).
     d.kc = in_c if d.icb == 1 else PPL_CB
+    d.planar = x_planar
+    d.ps = 1 if x_planar else PPL_CB
     # Row segments of a few dozen tiles: the input they read stays in L2 across panels.
     d.seg = PPL_MR * 16
     if (not depthwise and kh == 1 and kw == 1 and stride_h == 1 and stride_w == 1
@@ -587,7 +608,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     else:
         npanels = layout["panels"].shape[0]
         max_nicb = layout["max_blocks"]
-        cap = max(<Py_ssize_t>1, taps * max_nicb)
+        cap = max(<Py_ssize_t>1, taps * (in_c if x_planar else max_nicb))
         if w:
             scratch_floats += taps * max_nicb * PPL_CB * PPL_NB
             nitems = npanels
