@@ -46,16 +46,17 @@ def test_load_and_run_matches_reference(isa, save_model):
 def test_reorders_are_inserted_between_formats(save_model):
     rt = pplpy.load(save_model(conv_model()), fusion=False)
     kinds = [(n.op_type, str(rt.formats[n.outputs[0]])) for n in rt.graph.nodes]
-    # input reordered to N16CX for Conv, back to NDARRAY for Softmax; MaxPool follows it.
-    assert kinds == [("Reorder", "n16cx"), ("Conv", "n16cx"), ("Relu", "n16cx"),
+    # The 3-channel Conv reads the NDARRAY input itself and writes N16CX; back to NDARRAY
+    # for Softmax; MaxPool follows it.
+    assert kinds == [("Conv", "n16cx"), ("Relu", "n16cx"),
                      ("Reorder", "ndarray"), ("Softmax", "ndarray"), ("MaxPool", "ndarray")]
 
 
 def test_fusion_folds_relu_into_the_conv_and_matches_unfused(save_model):
     path = save_model(conv_model())
     fused, unfused = pplpy.load(path), pplpy.load(path, fusion=False)
-    assert [n.op_type for n in fused.graph.nodes] == ["Reorder", "Conv", "Reorder", "Softmax",
-                                                      "MaxPool"]
+    # The 3-channel conv reads the NCHW input itself: no Reorder in front of it.
+    assert [n.op_type for n in fused.graph.nodes] == ["Conv", "Reorder", "Softmax", "MaxPool"]
     (conv,) = [n for n in fused.graph.nodes if n.op_type == "Conv"]
     assert fused.result.ops[conv].post_ops == [eltwise(PostOp.RELU, 0.0, 0.0)]
     x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)

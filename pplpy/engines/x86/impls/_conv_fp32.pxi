@@ -20,8 +20,14 @@
 # flattened H*W pixels.
 #
 # Depthwise path (one input channel per group): each output channel block is vectorised
-# over its 16 channels (ppl_dw_row); with a channel multiplier > 1 an item first gathers
-# each output channel's input channel into one plane of its thread's scratch.
+# over its 16 channels.  Square 3x3 / 5x5 kernels with stride 1 or 2 and no dilation (every
+# depthwise layer of MobileNet, EfficientNet, ShuffleNet) run _dwconv_fp32.h's kernel:
+# kernel size, stride and activation compile-time constants, tiles of pixels in registers,
+# the activation applied before the store; planes up to PPL_DWC_SLAB_W wide are first copied
+# per item (a block of output rows) into a zero-padded slab, so no pixel needs a bounds
+# check, wider ones go row by row with only their border pixels copied.  Other depthwise
+# convs take the general row kernel (ppl_dw_row); with a channel multiplier > 1 an item
+# first gathers each output channel's input channel into one plane of its thread's scratch.
 #
 # The op is one compiled step of the run plan: its work items (image, block of output rows,
 # row segment, panel) are independent output blocks, and thread tid of the team takes its
@@ -49,11 +55,29 @@ _POST_OPS = frozenset(int(code) for code in PostOp)
 
 include "_brgemm_fp32.pxi"
 
+cdef extern from "_dwconv_fp32.h" nogil:
+    int ppl_dwc_supported(int K, int S)
+    Py_ssize_t ppl_dwc_slab_width(Py_ssize_t W, int pl, Py_ssize_t OW, int K, int S)
+    void ppl_dwc_fill(const float *x, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ih0,
+                      Py_ssize_t nrows, int pl, Py_ssize_t wp, float *slab)
+    void ppl_dwc_rows(int K, int S, int code, const float *slab, Py_ssize_t wp,
+                      Py_ssize_t nrows, Py_ssize_t OW, const float *w, const float *bias,
+                      float *y, float p0, float p1)
+    void ppl_dwc_row(int K, int S, int code, const float *x, Py_ssize_t H, Py_ssize_t W,
+                     const float *zero, float *edge, Py_ssize_t oh, int pt, int pl,
+                     Py_ssize_t OW, const float *w, const float *bias, float *y, float p0,
+                     float p1)
+    enum:
+        PPL_DWC_SLAB_W
+
 cdef enum:
     # Output pixels a work item covers at least (rows permitting): a panel's weights, read
     # from L2, then serve many pixels, and border columns get tiles several rows tall.
     _ITEM_PIXELS = 32 * PPL_MR
     _PARALLEL_FLOPS = 1 << 20   # a smaller conv runs as a serial step
+    # Floats of one depthwise slab (_dwconv_fp32.h) at most (128 KB): L2-resident while its
+    # item computes from it, and tall enough that the rows two items share are few.
+    _DW_SLAB_FLOATS = 32 * 1024
     _BIAS_TMP = 32              # scratch floats for one item's biases (PPL_NB and PPL_CB <= 32)
 
 ctypedef struct _ConvDims:
@@ -61,6 +85,9 @@ ctypedef struct _ConvDims:
     Py_ssize_t H, W, OH, OW
     int kh, kw, sh, sw, pt, pl, dh, dw
     int kc                         # K per batch element: 16, or in_c when one block holds all
+    int planar                     # dense: x is NCHW (in_c < 16), one batch element per
+                                   # (tap, channel) with K = 1
+    Py_ssize_t ps                  # floats between two pixels of x's rows: 16, or 1 planar
     Py_ssize_t seg                 # output pixels per work item along a row
 
 ctypedef struct _ConvArgs:
@@ -79,6 +106,8 @@ ctypedef struct _ConvArgs:
     ppl_epilogue ep                # its chain is &chain: the post-ops past ep's inline prefix
     ppl_post_chain chain
     Py_ssize_t nrowblk, rows, nseg, nitems
+    int fixed                      # depthwise: _dwconv_fp32.h's kernel, 2 through a slab
+    Py_ssize_t wp                  # its slab width in pixels
     const float **ptrs             # max_threads slices of 2 * cap batch pointers
     Py_ssize_t cap
     float *scratch                 # max_threads slices of scratch_floats
@@ -197,8 +226,11 @@ cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *
                              Py_ssize_t nicb, Py_ssize_t oh, Py_ssize_t ow,
                              const float **a_ptrs, const float **b_ptrs) noexcept nogil:
     """The brgemm batch of output pixel (oh, ow): A and B blocks of every (tap, input block)
-    whose tap lands inside the image; returns its length."""
-    cdef Py_ssize_t plane = d.H * d.W * PPL_CB
+    whose tap lands inside the image, or with a planar x of every (tap, input channel), row c
+    of the tap's block; returns its length."""
+    cdef Py_ssize_t plane = d.H * d.W * d.ps
+    # A panel of padding channels only (nicb 0) has an empty batch: its lanes get bias 0.
+    cdef Py_ssize_t per_tap = (d.kc if nicb > 0 else 0) if d.planar else nicb
     cdef Py_ssize_t ih, iw, c, nb = 0
     cdef int kh, kw
     for kh in range(d.kh):
@@ -209,9 +241,12 @@ cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *
             iw = ow * d.sw - d.pl + <Py_ssize_t>kw * d.dw
             if iw < 0 or iw >= d.W:
                 continue
-            for c in range(nicb):
-                a_ptrs[nb] = x_n + c * plane + (ih * d.W + iw) * PPL_CB
-                b_ptrs[nb] = wp + ((kh * d.kw + kw) * nicb + c) * PPL_CB * PPL_NB
+            for c in range(per_tap):
+                a_ptrs[nb] = x_n + c * plane + (ih * d.W + iw) * d.ps
+                if d.planar:
+                    b_ptrs[nb] = wp + ((kh * d.kw + kw) * PPL_CB + c) * PPL_NB
+                else:
+                    b_ptrs[nb] = wp + ((kh * d.kw + kw) * nicb + c) * PPL_CB * PPL_NB
                 nb += 1
     return nb
 
@@ -249,6 +284,9 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     # Origin of this panel's output plane; pixel (oh, ow) at + (oh * OW + ow) * 16.
     cdef float *y_p = y + (n * d.ocb + col0 // PPL_CB) * cbs + col0 % PPL_CB
     cdef const float *x_n = x + (n * d.icb + icb_lo) * d.H * d.W * PPL_CB
+    cdef int kc = 1 if d.planar else d.kc
+    if d.planar:  # one block: the image's kc planes
+        x_n = x + n * d.kc * d.H * d.W
     cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb
     cdef ppl_epilogue ep = ep_base[0]
     ep.bias = bias
@@ -279,8 +317,8 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
         end = ow_split if r_lo <= oh < r_hi else ow_hi
         if ow_lo < end:
             nb = _gather_taps(d, x_n, wp, nicb, oh, ow_lo, a_ptrs, b_ptrs)
-            _brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sw * PPL_CB,
-                        y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, d.kc, &ep)
+            _brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sw * d.ps,
+                        y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, kc, &ep)
 
     # Columns: down the column over rows whose kernel rows all fit, then the corners.
     for ow in range(ow_begin, ow_end):
@@ -288,16 +326,16 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
             continue
         if r_lo < r_hi:
             nb = _gather_taps(d, x_n, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
-            _brgemm_run(r_hi - r_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sh * d.W * PPL_CB,
+            _brgemm_run(r_hi - r_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sh * d.W * d.ps,
                         y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid,
-                        d.kc, &ep)
+                        kc, &ep)
         if ow_lo <= ow < ow_hi:
             continue  # an interior column: its other rows were done along their rows
         for oh in range(oh_lo, oh_hi):
             if r_lo <= oh < r_hi:
                 continue
             nb = _gather_taps(d, x_n, wp, nicb, oh, ow, a_ptrs, b_ptrs)
-            ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, d.kc, 0, y_p + (oh * d.OW + ow) * PPL_CB,
+            ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, kc, 0, y_p + (oh * d.OW + ow) * PPL_CB,
                        PPL_CB, cbs, &ep)
 
 
@@ -360,6 +398,32 @@ cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nog
                              n, oh_lo, oh_hi, ow_lo, ow_hi, p, &c.ep, a_ptrs, b_ptrs)
 
 
+cdef void _conv_dw_slab_item(const _ConvArgs *c, Py_ssize_t item, float *scratch,
+                             float *slab) noexcept nogil:
+    """Item (image, channel block, block of c.rows output rows) of a depthwise conv on the
+    slab kernel: its input rows copied with their padding into slab, then every row."""
+    cdef const _ConvDims *d = &c.d
+    cdef Py_ssize_t rb = item % c.nrowblk, rest = item // c.nrowblk
+    cdef Py_ssize_t cb = rest % d.ocb, n = rest // d.ocb
+    cdef Py_ssize_t oh_lo = rb * c.rows, oh_hi = min(d.OH, (rb + 1) * c.rows)
+    cdef Py_ssize_t taps = <Py_ssize_t>d.kh * d.kw
+    cdef const float *bias = _item_bias(c, cb * PPL_CB, PPL_CB, scratch)
+    cdef const float *wp
+    cdef float *y_p = c.y + ((n * d.ocb + cb) * d.OH + oh_lo) * d.OW * PPL_CB
+    if c.w != NULL:
+        wp = c.w + cb * taps * PPL_CB
+    else:
+        _pack_dw_block(c.raw_w, c.oc, taps, cb, scratch + _BIAS_TMP)
+        wp = scratch + _BIAS_TMP
+    ppl_dwc_fill(c.x + (n * d.icb + cb) * d.H * d.W * PPL_CB, d.H, d.W, oh_lo * d.sh - d.pt,
+                 (oh_hi - oh_lo - 1) * d.sh + d.kh, d.pl, c.wp, slab)
+    ppl_dwc_rows(d.kh, d.sh, c.ep.post_op, slab, c.wp, oh_hi - oh_lo, d.OW, wp, bias, y_p,
+                 c.ep.p0, c.ep.p1)
+    if c.ep.chain != NULL:  # the rest of the chain on the rows just written
+        ppl_post_chain_tile(&c.chain, c.ep.chain_first, y_p, PPL_CB, 0,
+                            (oh_hi - oh_lo) * d.OW, PPL_CB, cb * PPL_CB)
+
+
 cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept nogil:
     """Items (image, channel block, output row); whole planes when an item must first gather
     its input channels (channel multiplier > 1)."""
@@ -379,10 +443,14 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
         if tid >= c.max_threads:
             return
         nthreads = c.max_threads
-    scratch = c.scratch + tid * c.scratch_floats  # [bias][taps x 16][plane]
+    # [bias][taps x 16][plane], [slab], or [W * 16 zeros][edge: taps x 16]
+    scratch = c.scratch + tid * c.scratch_floats
     gathered = scratch + _BIAS_TMP + taps * PPL_CB
     ppl_partition(c.nitems, tid, nthreads, &begin, &end)
     for item in range(begin, end):
+        if c.fixed == 2:
+            _conv_dw_slab_item(c, item, scratch, gathered)
+            continue
         if whole:
             oh_lo, oh_hi, rest = 0, d.OH, item
         else:
@@ -412,8 +480,14 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
             x_p = c.x + (n * d.icb + cb) * plane
         y_p = c.y + (n * d.ocb + cb) * d.OH * d.OW * PPL_CB
         for oh in range(oh_lo, oh_hi):
-            ppl_dw_row(x_p, d.H, d.W, wp, bias, y_p + oh * d.OW * PPL_CB, d.OW, oh, d.kh, d.kw,
-                       d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op, c.ep.p0, c.ep.p1)
+            if c.fixed:
+                ppl_dwc_row(d.kh, d.sh, c.ep.post_op, x_p, d.H, d.W, gathered,
+                            gathered + d.W * PPL_CB, oh, d.pt, d.pl, d.OW, wp, bias,
+                            y_p + oh * d.OW * PPL_CB, c.ep.p0, c.ep.p1)
+            else:
+                ppl_dw_row(x_p, d.H, d.W, wp, bias, y_p + oh * d.OW * PPL_CB, d.OW, oh, d.kh,
+                           d.kw, d.sh, d.sw, d.pt, d.pl, d.dh, d.dw, c.ep.post_op, c.ep.p0,
+                           c.ep.p1)
             if c.ep.chain != NULL:  # the rest of the chain on the row just written
                 ppl_post_chain_tile(&c.chain, c.ep.chain_first, y_p + oh * d.OW * PPL_CB,
                                     PPL_CB, 0, d.OW, PPL_CB, cb * PPL_CB)
@@ -424,7 +498,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
                            Py_ssize_t OW, int kh, int kw, int stride_h, int stride_w,
                            int pad_top, int pad_left, int dil_h, int dil_w, int post_op,
                            float p0, float p1, int num_threads, *, packed_w=None,
-                           size_t w=0, bias=None, size_t b=0, post_chain=(), keep=()):
+                           size_t w=0, bias=None, size_t b=0, post_chain=(), keep=(),
+                           bint x_planar=False):
     """The step computing y = post_op(conv2d(x, W, groups=group) + bias), x and y in N16CX
     at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16), OH, OW, 16).
 
@@ -432,7 +507,10 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     weight computed at run time.  Bias: an array of out_c values, or the address b of one
     computed at run time, or neither.  Memory at addresses outlives the step (``keep``).
     Post-ops: post_op (p0, p1), then the chain post_chain (_post_chain_fp32.pxi) on y;
-    per-channel operands have out_c values, per-element ones are N16CX like y."""
+    per-channel operands have out_c values, per-element ones are N16CX like y.
+
+    x_planar: x is NCHW (N, in_c, H, W) instead, for group 1 and in_c < 16 (an image's first
+    conv, which then needs no Reorder to a mostly-padding N16CX copy)."""
     if min(stride_h, stride_w, dil_h, dil_w) < 1 or min(pad_top, pad_left) < 0:
         raise ValueError("make_conv2d_n16cx_step: strides and dilations must be >= 1, "
                          "pads >= 0")
@@ -462,6 +540,9 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
         layout = _conv_layout(out_c, in_c // group, group, kh, kw)
     num_threads = max(1, num_threads)
     cdef bint depthwise = layout["kind"] == "depthwise"
+    if x_planar and (depthwise or group != 1 or in_c >= PPL_CB):
+        raise ValueError(f"make_conv2d_n16cx_step: a planar (NCHW) x needs group 1 and fewer "
+                         f"than 16 input channels, got in_c={in_c} group={group}")
     cdef _ConvDims d
     d.icb = _ceil_div(in_c, PPL_CB)
     d.ocb = _ceil_div(out_c, PPL_CB)
@@ -471,6 +552,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     # With fewer than 16 input channels (an RGB first layer) the rest of the block is
     # padding: reduce over the real channels only (their weight rows come first).
     d.kc = in_c if d.icb == 1 else PPL_CB
+    d.planar = x_planar
+    d.ps = 1 if x_planar else PPL_CB
     # Row segments of a few dozen tiles: the input they read stays in L2 across panels.
     d.seg = PPL_MR * 16
     if (not depthwise and kh == 1 and kw == 1 and stride_h == 1 and stride_w == 1
@@ -495,7 +578,27 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     cdef Py_ssize_t taps = <Py_ssize_t>kh * kw
     cdef Py_ssize_t mult = out_c // in_c if depthwise else 1
     cdef Py_ssize_t nrowblk = 1, rows = 1, nseg = 1
-    if depthwise:
+    # Square 3x3 / 5x5, stride 1 or 2, no dilation: the kernel of _dwconv_fp32.h; on narrow
+    # planes through a slab, items of as many output rows as fit _DW_SLAB_FLOATS (at least
+    # one); on wide ones row by row, with a row of zeros and a K x K edge buffer.
+    cdef int fixed = 0
+    if (depthwise and mult == 1 and kh == kw and stride_h == stride_w and dil_h == 1
+            and dil_w == 1 and ppl_dwc_supported(kh, stride_h)):
+        fixed = 2 if W <= PPL_DWC_SLAB_W else 1
+    cdef Py_ssize_t wp = 0
+    if fixed == 2:
+        scratch_floats += taps * PPL_CB
+        wp = ppl_dwc_slab_width(W, pad_left, OW, kw, stride_w)
+        rows = max(<Py_ssize_t>1, min(OH, (_DW_SLAB_FLOATS // (wp * PPL_CB) - kh)
+                                      // stride_h + 1))
+        nrowblk = _ceil_div(OH, rows)
+        rows = _ceil_div(OH, nrowblk)
+        scratch_floats += ((rows - 1) * stride_h + kh) * wp * PPL_CB
+        nitems = batch * d.ocb * nrowblk
+    elif fixed == 1:
+        scratch_floats += taps * PPL_CB + W * PPL_CB + taps * PPL_CB
+        nitems = batch * d.ocb * OH
+    elif depthwise:
         scratch_floats += taps * PPL_CB
         if mult > 1:
             scratch_floats += H * W * PPL_CB
@@ -505,7 +608,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     else:
         npanels = layout["panels"].shape[0]
         max_nicb = layout["max_blocks"]
-        cap = max(<Py_ssize_t>1, taps * max_nicb)
+        cap = max(<Py_ssize_t>1, taps * (in_c if x_planar else max_nicb))
         if w:
             scratch_floats += taps * max_nicb * PPL_CB * PPL_NB
             nitems = npanels
@@ -516,7 +619,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
             rows = _ceil_div(d.OH, nrowblk)
             nitems = batch * nrowblk * nseg * npanels
     scratch_floats = _ceil_div(scratch_floats, 16) * 16  # slices 64 bytes apart
-    scratch = numpy.empty(num_threads * scratch_floats, dtype=numpy.float32)
+    scratch = numpy.zeros(num_threads * scratch_floats, dtype=numpy.float32)
     ptrs = numpy.empty(num_threads * 2 * cap, dtype=numpy.uintp)
 
     cdef double flops = 2.0 * batch * out_c * OH * OW * taps * (in_c // group)
@@ -558,6 +661,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     # activation in ppl_dw_row.  The rest over the stored tile or row.
     _split_post_chain(&c.chain, &c.ep, not depthwise, depthwise)
     c.nrowblk, c.rows, c.nseg, c.nitems = nrowblk, rows, nseg, nitems
+    c.fixed, c.wp = fixed, wp
     c.ptrs = <const float **>&ptrs_v[0]
     c.cap = cap
     c.scratch = &scratch_v[0]

@@ -64,10 +64,13 @@ def test_infer_records_types_and_symbolic_dims(save_model):
 
 
 def test_reorders_are_memoised_per_value_and_format(save_model):
-    """Two Convs read x: one Reorder to N16CX serves both; the graph output is NDARRAY."""
+    """Two Convs read x: one Reorder to N16CX serves both; the graph output is NDARRAY.
+    (16 input channels: a Conv reads fewer from NDARRAY itself, with no Reorder.)"""
     m = model([helper.make_node("Conv", ["x", "w"], ["a"]),
                helper.make_node("Conv", ["x", "w"], ["b"]),
-               helper.make_node("Add", ["a", "b"], ["y"])], {"w": W})
+               helper.make_node("Add", ["a", "b"], ["y"])],
+              {"w": RNG.standard_normal((4, 16, 1, 1)).astype(np.float32)},
+              inputs=(("x", [1, 16, 6, 6]),))
     result, snapshots = build(save_model, m)
     nodes, formats = snapshots["select_formats"]
     reorders = [(i, o) for op_type, i, o in nodes.values() if op_type == "Reorder"]

@@ -1,7 +1,11 @@
 """Conv's op context: 1-D and 2-D convolution in N16CX on the brgemm-based conv impl.
 
-Conv always asks for its input in N16CX, so a CNN stays blocked from its first Conv on; the
-engine inserts a Reorder in front when the producer is NDARRAY.  A constant weight is packed
+Conv asks for its input in N16CX, so a CNN stays blocked from its first Conv on; the engine
+inserts a Reorder in front when the producer is NDARRAY.  The exception is an image's first
+conv (group 1, fewer than 16 input channels, input NDARRAY already): it reads the NCHW planes
+itself (one K = 1 brgemm batch element per tap and channel), since a Reorder would write a
+16-channel copy that is mostly padding (3 of 16 channels for RGB) and the conv would read it
+back.  A constant weight is packed
 once, when the kernel is made (every runtime shares it, the raw weight is dropped); a weight
 computed at run time is packed inside the step, each panel by the work item that uses it.
 
@@ -15,6 +19,10 @@ Algorithms, chosen per layer when the kernel is made (``ConvKernel.algorithm``, 
   on ResNet's 64->64 56x56 layer (one thread, avx512).  Its packed weight is 4x the raw one
   (36 instead of 9 values per channel pair).
 - ``"direct"``: direct N16CX convolution on brgemm (impls/_conv_fp32.pxi), everything else.
+  A depthwise conv (one input channel per group) is direct too, on its own kernel: for
+  square 3x3 / 5x5, stride 1 / 2, undilated ones impls/_dwconv_fp32.h (tiles of pixels in
+  registers, the activation, swish included, applied before the store, narrow planes
+  through a zero-padded slab so that no pixel checks bounds), else a general row kernel.
 
 ``PPLPY_CONV_ALGO=direct|winograd|auto`` (read when the kernel is made; default auto) forces
 an algorithm for tests and benchmarks; "winograd" still falls back to direct where Winograd
@@ -42,6 +50,8 @@ def _as_2d(shape_dims, values, fill):
 
 
 ALGORITHMS = ("direct", "winograd", "auto")
+# Input channels below which a Conv reads an NDARRAY input as NCHW planes (one 16-block).
+PLANAR_MAX_C = 16
 # Where Winograd pays (one thread, avx512, vs direct): it needs channels to feed its 36 GEMMs
 # and tiles to amortise its 4x larger weight, which each work item streams.  Measured:
 # 64->64 at 56x56 2.5x, 128->128 at 28x28 3.1x, 256->256 at 14x14 1.75x but at 7x7 1.1x,
@@ -93,6 +103,8 @@ class ConvKernel(X86Kernel):
         self.algorithm = choose_algorithm(self.param, x_dims,
                                           None if w is None else w.shape, w is not None,
                                           out_spatial)
+        if getattr(op, "x_planar", False):  # only the direct kernel reads NCHW planes
+            self.algorithm = "direct"
         if self.algorithm == "winograd_f4x3":
             self.packed_w = self.impl("winograd_fp32").winograd_pack_weight(w)
         else:
@@ -149,7 +161,8 @@ class ConvKernel(X86Kernel):
             x.address, y.address, dims[0], dims[1], w_dims[0], int(p.group), in_hw[0],
             in_hw[1], out_hw[0], out_hw[1], kernel[0], kernel[1], strides[0], strides[1],
             pads[0], pads[1], dilations[0], dilations[1], 0, 0.0, 0.0,
-            io.num_threads, keep=tuple(keep), **kwargs)
+            io.num_threads, keep=tuple(keep),
+            x_planar=x.shape.data_format is DataFormat.NDARRAY, **kwargs)
 
 
 @op("", "Conv", since=1, param=ConvParam)
@@ -183,11 +196,24 @@ class ConvOp(X86OptKernel):
         out_spatial, _, _ = self.geometry(x, w)
         return [(x[0], w[0]) + tuple(out_spatial)]
 
+    def reads_planar(self, in_format, x_dims):
+        """True when the kernel reads x as NCHW (see the module docstring): group 1, 2 to 15
+        input channels (known; one channel is the depthwise kernel's), x produced in
+        NDARRAY."""
+        return (in_format is DataFormat.NDARRAY and self.param.group == 1
+                and x_dims is not None and len(x_dims) >= 3
+                and isinstance(x_dims[1], (int, np.integer)) and 1 < x_dims[1] < PLANAR_MAX_C)
+
     def select_format(self, in_formats, in_shapes):
         # The input dims as known now (entries may be None or symbolic): the kernel's choice
         # of algorithm looks at the spatial size.
         self.x_dims = tuple(in_shapes[0]) if in_shapes and in_shapes[0] is not None else None
-        wanted = [DataFormat.N16CX] + [DataFormat.NDARRAY] * (len(in_formats) - 1)
+        w_dims = tuple(in_shapes[1]) if len(in_shapes) > 1 and in_shapes[1] is not None else None
+        # Only the direct kernel reads planes (PPLPY_CONV_ALGO=winograd keeps N16CX).
+        self.x_planar = self.reads_planar(in_formats[0], self.x_dims) and choose_algorithm(
+            self.param, self.x_dims, w_dims, self.constant(1) is not None) == "direct"
+        x_format = DataFormat.NDARRAY if self.x_planar else DataFormat.N16CX
+        wanted = [x_format] + [DataFormat.NDARRAY] * (len(in_formats) - 1)
         return wanted, [DataFormat.N16CX]
 
     def create_kernel(self):
