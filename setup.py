@@ -46,6 +46,10 @@ def _extension(pyx):
         extra_compile_args=[*isa_tiers.BASE_COMPILE_FLAGS, *isa_tiers.flags_of_tier(tier)],
         extra_link_args=list(isa_tiers.BASE_LINK_FLAGS),
         include_dirs=[str(ROOT / "pplpy" / "runtime")],
+        # C headers next to the module and the step ABI: an edited header rebuilds the
+        # modules that may include it (Cython tracks .pxd/.pxi, not .h)
+        depends=[str(h.relative_to(ROOT)) for h in sorted(
+            {*pyx.parent.glob("*.h"), *(ROOT / "pplpy" / "runtime").glob("*.h")})],
     )
 
 
