@@ -442,6 +442,48 @@ def test_attention_near_misses(miss):
     assert "Attention" not in ops(rt)
 
 
+def _head_split_attention(extra_output):
+    """Attention over head splits of 3-D Q, K, V (B=2, S=9, 3 heads of 8), as the exporter
+    writes it: Reshape to (B, S, H, d) and Transpose in, Transpose and Reshape out.  With
+    extra_output, the split of Q is also a graph output: then its copy must stay."""
+    B, S, H, d = 2, 9, 3, 8
+    f = TensorProto.FLOAT
+    shape4 = numpy_helper.from_array(np.array([B, S, H, d], np.int64), "shape4")
+    shape3 = numpy_helper.from_array(np.array([B, S, H * d], np.int64), "shape3")
+    nodes = []
+    for x, perm in (("q", (0, 2, 1, 3)), ("k", (0, 2, 3, 1)), ("v", (0, 2, 1, 3))):
+        nodes += [helper.make_node("Reshape", [x, "shape4"], [x + "4"]),
+                  helper.make_node("Transpose", [x + "4"], [x + "h"], perm=perm)]
+    nodes += [helper.make_node("MatMul", ["qh", "kh"], ["s"]),
+              helper.make_node("Div", ["s", "c"], ["sc"]),
+              helper.make_node("Softmax", ["sc"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "vh"], ["o"]),
+              helper.make_node("Transpose", ["o"], ["ot"], perm=(0, 2, 1, 3)),
+              helper.make_node("Reshape", ["ot", "shape3"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", f, [B, S, H * d])]
+    if extra_output:
+        outputs.append(helper.make_tensor_value_info("qh", f, [B, H, S, d]))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(x, f, [B, S, H * d]) for x in "qkv"],
+        outputs, [shape4, shape3, numpy_helper.from_array(np.array(8 ** 0.5, np.float32), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(3)
+    return model, {x: rng.standard_normal((B, S, H * d)).astype(np.float32) for x in "qkv"}
+
+
+@pytest.mark.parametrize("extra_output", [False, True])
+def test_attention_head_split(extra_output):
+    model, feeds = _head_split_attention(extra_output)
+    rt = load_and_check(model, feeds)
+    log = {r.pass_id: r for r in rt.result.pass_log}
+    if extra_output:  # the 4-D form reads the splits; Q's is an output, so they stay
+        assert log["recognize_attention"].details == {"Attention": 1}
+        assert ops(rt)["Transpose"] >= 3
+    else:
+        assert log["recognize_attention"].details == {"Attention (3-D)": 1}
+        assert not {"Transpose", "Reshape"} & set(ops(rt))
+
+
 def test_attention_symbolic_shapes():
     """Batch and sequence free: the mask's key count is the symbol "seq", as are K's (at
     the same position in its input: pplpy probes each free dim by its position)."""
@@ -500,7 +542,9 @@ def test_bert_layer_fused(gelu, mask):
     log = {r.pass_id: r for r in rt.result.pass_log}
     assert log["recognize_gelu"].details == {f"Gelu({'none' if gelu == 'erf' else 'tanh'})": 1}
     assert log["recognize_layer_norm"].details == {"LayerNormalization": 2}
-    assert log["recognize_attention"].details == {"Attention with 1 mask(s)": 1}
+    # Q, K, V are head splits of the projections and Y is merged back: the 3-D form, with
+    # none of the exporter's Reshape/Transpose copies left.
+    assert log["recognize_attention"].details == {"Attention (3-D) with 1 mask(s)": 1}
     assert log["fuse_matmul_bias"].details == {"MatMul+Add->MatMulBias": 6}
     # Post-LN: both norms read a residual sum nothing else reads.
     assert log["recognize_add_layer_norm"].details == {
@@ -508,7 +552,8 @@ def test_bert_layer_fused(gelu, mask):
     types = ops(rt)
     assert types["Attention"] == 1 and types["AddLayerNormalization"] == 2
     assert "LayerNormalization" not in types
-    assert not {"Softmax", "Erf", "Tanh", "ReduceMean", "MatMul"} & set(types)
+    assert not {"Softmax", "Erf", "Tanh", "ReduceMean", "MatMul", "Transpose",
+                "Reshape"} & set(types)
     assert len(rt.graph.nodes) < len(model.graph.node) // 2
     ref, rng = ReferenceEvaluator(model), np.random.default_rng(0)
     for batch, seq in ((1, 7), (3, 12)):

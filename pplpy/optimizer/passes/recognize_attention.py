@@ -7,10 +7,13 @@ with Q (B, H, Sq, d), K^T (B, H, d, Skv), V (B, H, Skv, dv) all 4-D, B and H the
 the three (no broadcasting between them), and the scale a scalar constant on the scores
 or on Q and K^T before the product (their product is the attribute).  pplpy's Attention
 (opset 23) is a flash-style kernel that never writes the Sq x Skv score matrix, where the
-decomposed form writes it three times.  The exporter's Reshape/Transpose of Q, K and V stay:
-the 4-D (B, H, S, d) form reads them as they are.  K comes from K^T: when K^T is a
-Transpose, its input read through one Transpose (none when that is the identity), else a
-Transpose of K^T.
+decomposed form writes it three times.  When Q, K^T and V are the exporter's head split of
+3-D (B, S, H*d) projections (Reshape to (B, S, H, d), then Transpose) and Y goes back the
+same way (Transpose, Reshape to (B, Sq, H*dv)), the Attention node takes the 3-D form
+(q_num_heads = kv_num_heads = H) and those eight copies go: the kernel addresses heads
+through strides either way.  Otherwise the 4-D (B, H, S, d) form reads Q, K, V as they are;
+K comes from K^T: when K^T is a Transpose, its input read through one Transpose (none when
+that is the identity), else a Transpose of K^T.
 
 Masks apply after the scale, each broadcasting to (B, H, Sq, Skv) with exactly Skv keys
 (the Attention mask is padded, not broadcast, along the keys).  One additive float mask is
@@ -139,16 +142,66 @@ class RecognizeAttention(PatternRule):
             return False
 
         out = pv.outputs[0]
-        if not self.can_replace(graph, matched, out):
+        split = self._head_split(graph, q, kt, v, out)
+        if split is not None and self.can_replace(graph, matched + split[4], split[3]):
+            q, k, v, out, nodes, heads = split
+            matched = matched + nodes
+            param = AttentionParam(scale=float(scale), q_num_heads=heads, kv_num_heads=heads)
+            new_nodes = []
+        elif self.can_replace(graph, matched, out):
+            param = AttentionParam(scale=float(scale))
+            new_nodes = []
+            k = self._untransposed(graph, kt, new_nodes)
+        else:
             return False
-        new_nodes = []
-        k = self._untransposed(graph, kt, new_nodes)
         mask = self._one_mask(graph, masks[::-1], new_nodes)
         inputs = [q, k, v] + ([mask] if mask else [])
         new_nodes.append(self.new_node(graph, "Attention", ATTENTION_OPSET, inputs, [out],
-                                       AttentionParam(scale=float(scale))))
-        what = "Attention" + (f" with {len(masks)} mask(s)" if masks else "")
+                                       param))
+        what = "Attention" + (" (3-D)" if param.q_num_heads else "") + (
+            f" with {len(masks)} mask(s)" if masks else "")
         return self.replace(graph, matched, out, new_nodes, what)
+
+    @staticmethod
+    def _split_of(graph, name, perm):
+        """(x, heads, Transpose, Reshape) when ``name`` is Transpose(``perm``) of a Reshape
+        of 3-D x (B, S, H*d) to (B, S, H, d), H and d known; else None."""
+        t = producer(graph, name, "Transpose")
+        if t is None or t.param.perm is None or tuple(t.param.perm) != perm:
+            return None
+        r = producer(graph, t.inputs[0], "Reshape")
+        if r is None:
+            return None
+        xd, rd = dims_of(graph, r.inputs[0]), dims_of(graph, r.outputs[0])
+        if xd is None or rd is None or len(xd) != 3 or len(rd) != 4:
+            return None
+        if not (same_dim(xd[0], rd[0]) and same_dim(xd[1], rd[1])):
+            return None
+        if not all(isinstance(d, int) for d in (xd[2], rd[2], rd[3])) or xd[2] != rd[2] * rd[3]:
+            return None
+        return r.inputs[0], rd[2], t, r
+
+    def _head_split(self, graph, q, kt, v, out):
+        """(q3, k3, v3, y3, nodes, heads) when Q, K^T, V are head splits of 3-D projections
+        (K^T through perm (0, 2, 3, 1)) and the product's only path out is the inverse
+        (Transpose (0, 2, 1, 3), Reshape to (B, Sq, H*dv)); ``nodes`` are those eight."""
+        qs = self._split_of(graph, q, (0, 2, 1, 3))
+        ks = self._split_of(graph, kt, (0, 2, 3, 1))
+        vs = self._split_of(graph, v, (0, 2, 1, 3))
+        if qs is None or ks is None or vs is None or not qs[1] == ks[1] == vs[1]:
+            return None
+        t = only_reader(graph, out, "Transpose")
+        if t is None or t.param.perm is None or tuple(t.param.perm) != (0, 2, 1, 3):
+            return None
+        r = only_reader(graph, t.outputs[0], "Reshape")
+        od, yd = dims_of(graph, out), dims_of(graph, r.outputs[0]) if r else None
+        if od is None or yd is None or len(yd) != 3 or not all(
+                isinstance(d, int) for d in (od[1], od[3], yd[2])):
+            return None
+        if not (same_dim(yd[0], od[0]) and same_dim(yd[1], od[2]) and yd[2] == od[1] * od[3]):
+            return None
+        nodes = [qs[2], qs[3], ks[2], ks[3], vs[2], vs[3], t, r]
+        return qs[0], ks[0], vs[0], r.outputs[0], nodes, qs[1]
 
     def _untransposed(self, graph, kt, new_nodes):
         """K (B, H, Skv, d) from K^T: the transpose of K^T's Transpose input, or of K^T."""

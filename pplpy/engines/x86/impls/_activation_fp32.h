@@ -399,14 +399,19 @@ PPL_ACT_INLINE ppl_vf ppl_erfc_tail(ppl_vf a) {
     return ppl_exp_impl(-(a * a), 1) * ppl_act_poly(ppl_act_splat(1.0f) / a, R, 9);
 }
 
-/* erf(x) = x * P(x*x) for |x| < 1 (relative error < 2e-7), 1 - erfc(|x|) with x's sign up
- * to |x| = 4, where erf rounds to +-1. */
-PPL_ACT_INLINE ppl_vf ppl_erf(ppl_vf x) {
+/* erf(x) = x * P(x*x) for |x| < 1 (relative error < 2e-7). */
+PPL_ACT_INLINE ppl_vf ppl_erf_small(ppl_vf x) {
     static const float P[6] = {1.1283791065216064f,    -0.37612390518188477f,
                                0.11280578374862671f,   -0.026720885187387466f,
                                0.004927407950162888f,  -0.0005667938385158777f};
+    return x * ppl_act_poly(x * x, P, 6);
+}
+
+/* erf: ppl_erf_small for |x| < 1, 1 - erfc(|x|) with x's sign up to |x| = 4, where erf
+ * rounds to +-1. */
+PPL_ACT_INLINE ppl_vf ppl_erf(ppl_vf x) {
     const ppl_vf ax = ppl_act_abs(x);
-    const ppl_vf small = x * ppl_act_poly(x * x, P, 6);
+    const ppl_vf small = ppl_erf_small(x);
     ppl_vf a = ppl_act_select(ax > ppl_act_splat(4.0f), ppl_act_splat(4.0f), ax);
     a = ppl_act_select(a < ppl_act_splat(1.0f), ppl_act_splat(1.0f), a);
     const ppl_vf big = ppl_act_copysign(ppl_act_splat(1.0f) - ppl_erfc_tail(a), x);
@@ -422,12 +427,17 @@ PPL_ACT_INLINE ppl_vf ppl_gelu(ppl_vf x, float approximate) {
         const ppl_vf u = x + ppl_act_splat(0.044715f) * x * x * x;
         phi = ppl_sigmoid(u * ppl_act_splat(2.0f * 0.7978845608028654f));
     } else {
+        /* One erfc evaluation serves both tails (|z| >= 1): Phi = erfc(|z|) / 2 below 0,
+         * 1 - erfc(z) / 2 above (rounds to 1 past z = 4); erf's own would be a second. */
         const ppl_vf z = x * ppl_act_splat(0.7071067811865476f);
         const ppl_vf az = ppl_act_abs(z);
-        const ppl_vf mid = ppl_act_splat(0.5f) + ppl_act_splat(0.5f) * ppl_erf(z);
-        const ppl_vf a = ppl_act_select(az > ppl_act_splat(10.0f), ppl_act_splat(10.0f), az);
+        const ppl_vf mid = ppl_act_splat(0.5f) + ppl_act_splat(0.5f) * ppl_erf_small(z);
+        ppl_vf a = ppl_act_select(az > ppl_act_splat(10.0f), ppl_act_splat(10.0f), az);
+        a = ppl_act_select(a < ppl_act_splat(1.0f), ppl_act_splat(1.0f), a);
         const ppl_vf tail = ppl_act_splat(0.5f) * ppl_erfc_tail(a);
-        phi = ppl_act_select(z < ppl_act_splat(-1.0f), tail, mid);
+        phi = ppl_act_select(az < ppl_act_splat(1.0f), mid,
+                             ppl_act_select(z < ppl_act_splat(0.0f), tail,
+                                            ppl_act_splat(1.0f) - tail));
     }
     /* Phi = 0 (x far below 0, or -inf): 0 rather than -inf * 0 */
     return ppl_act_select(phi == ppl_act_splat(0.0f), ppl_act_splat(0.0f), x * phi);

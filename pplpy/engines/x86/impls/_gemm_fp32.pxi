@@ -20,7 +20,10 @@
 # A is first copied into the thread's scratch with a row stride of the chunk plus one
 # cache line: A's own row stride is often a multiple of 4 KB (K = 3072 x 4 B; K = 768 puts
 # every fourth row together), which puts the 14 rows a tile broadcasts from in one L1 set,
-# and the tile then reads A from L2 (K = 3072 ran at about half of peak).  The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
+# and the tile then reads A from L2 (K = 3072 ran at about half of peak).  When K is one
+# chunk, the copy serves every item of the same rows that a thread takes in a row (the
+# other panel groups of the block): at one thread BERT's N = 3072 GEMM copied A 12 times.
+# The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
 # 2 x 12 rather than 9 x 14 + 2: a 2-row tile loads as much B per FMA as it computes).
 # Work items are independent output blocks: thread tid of the team takes its contiguous
 # share (ppl_partition), no barrier needed; panel groups are near-equal and their count is
@@ -156,11 +159,12 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
                       Py_ssize_t lda_pack, const float *pb, Py_ssize_t k, Py_ssize_t n,
                       float *out, const ppl_epilogue *ep_final, Py_ssize_t nrows,
                       Py_ssize_t panel_lo, Py_ssize_t panel_hi,
-                      Py_ssize_t kc) noexcept nogil:
+                      Py_ssize_t kc, bint a_ready) noexcept nogil:
     """out[rows [0, nrows), panels] of the product, K chunk by K chunk (first chunk adds
     addend and bias, last applies the post-op).  a points at row 0 of the block (row r at
     + r * lda, or with trans_a column r of a K x M matrix), pb at panel panel_lo; each K
-    chunk of A goes through a_pack (nrows x lda_pack floats) first."""
+    chunk of A goes through a_pack (nrows x lda_pack floats) first, unless a_ready says
+    that a_pack already holds this block's only chunk."""
     cdef ppl_epilogue ep
     cdef Py_ssize_t k0 = 0, p, row0, kc_len, tile, ntiles, tile_rows, taller
     cdef const float *a_ptr
@@ -172,7 +176,8 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
     taller = nrows - tile_rows * ntiles
     while True:  # at least one chunk: k = 0 still writes the epilogue
         kc_len = min(kc, k - k0)
-        _copy_a_chunk(a, lda, trans_a, nrows, k0, kc_len, a_pack, lda_pack)
+        if not a_ready:
+            _copy_a_chunk(a, lda, trans_a, nrows, k0, kc_len, a_pack, lda_pack)
         ep = ep_final[0]
         if k0 > 0:
             ep.accumulate = 1
@@ -224,6 +229,7 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
     cdef Py_ssize_t nmitems = 1 if g.pack_b else g.nmblocks
     cdef Py_ssize_t begin, end, item, rest, grp, bi, mb_lo, mb_hi, mb
     cdef Py_ssize_t row_lo, row_hi, p_lo, p_hi
+    cdef Py_ssize_t a_held = -1     # (entry, row block) whose only K chunk is in scratch_a
     cdef const float *a_e
     cdef const float *pb
     cdef float *out_e
@@ -266,7 +272,10 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
             # rows [row_lo, row_hi) of A (with trans_a: columns of the stored K x M)
             _gemm_block(a_e + (row_lo if g.trans_a else row_lo * g.lda), g.lda, g.trans_a,
                         scratch_a, g.lda_pack, pb, g.k, g.n, out_e + row_lo * g.n, &ep,
-                        row_hi - row_lo, p_lo, p_hi, g.kc)
+                        row_hi - row_lo, p_lo, p_hi, g.kc, a_held == bi * g.nmblocks + mb)
+            # With one K chunk the copy stays valid for this thread's next item of the
+            # same rows (its items are consecutive: the other panel groups of the block).
+            a_held = bi * g.nmblocks + mb if g.kc >= g.k else -1
             if g.c != NULL:
                 _add_c(g, out_e, row_lo, row_hi, p_lo * PPL_NB, min(g.n, p_hi * PPL_NB))
 
