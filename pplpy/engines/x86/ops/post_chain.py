@@ -16,6 +16,7 @@ import numpy as np
 
 from pplpy.common.data_format import DataFormat
 from pplpy.engines.x86.impls.post_ops import Broadcast, chain_args
+from pplpy.engines.x86.ops.kernel import X86Kernel
 
 
 class PostChain:
@@ -77,3 +78,15 @@ class PostChain:
         channels = dims[axis] if dims else 1
         return {"post_chain": self.step_chain(io, channels, keep), "channels": channels,
                 "cstride": math.prod(dims[axis + 1:]), "blocked": False}
+
+
+class ChainedKernel(X86Kernel):
+    """A kernel whose only held inputs are its chain's constant operands (the pools, the
+    reductions, Resize): it holds them from the start, and the fusion pass's chain is what
+    ``self.post_chain`` reads."""
+
+    def __init__(self, op):
+        super().__init__(op)
+        self.post_chain = PostChain(op)
+        self.packed_inputs = self.post_chain.packed_inputs
+

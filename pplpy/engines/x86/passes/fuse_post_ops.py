@@ -45,26 +45,21 @@ from pplpy.engines.x86.impls.post_ops import (MAX_POST_OPS, BinaryAlg, Broadcast
 # Producer -> (inputs before the operands, axis of channels in the output: 1 or -1).
 # MatMul: every shape (batched, 1-D operands) runs on the gemm step, whose epilogue applies
 # the chain to each batch entry.
-FUSING_PRODUCERS = {
-    ("", "Conv"): (3, 1),
-    ("", "ConvTranspose"): (3, 1),
-    ("", "MaxPool"): (1, 1),
-    ("", "AveragePool"): (1, 1),
-    ("", "GlobalAveragePool"): (1, 1),
-    ("", "GlobalMaxPool"): (1, 1),
-    ("", "Gemm"): (3, -1),
-    ("", "MatMul"): (2, -1),
-    ("pplpy", "MatMulBias"): (3, -1),
-    # The same ops read back from a saved optimised model (ops/pplpy/standard_twins.py).
-    ("pplpy", "Conv"): (3, 1),
-    ("pplpy", "ConvTranspose"): (3, 1),
-    ("pplpy", "MaxPool"): (1, 1),
-    ("pplpy", "AveragePool"): (1, 1),
-    ("pplpy", "GlobalAveragePool"): (1, 1),
-    ("pplpy", "GlobalMaxPool"): (1, 1),
-    ("pplpy", "Gemm"): (3, -1),
-    ("pplpy", "MatMul"): (2, -1),
+# The same ops read back from a saved optimised model (ops/pplpy/standard_twins.py) are
+# the pplpy-domain twins: every row is listed for both domains.
+_PRODUCER_ROWS = {
+    "Conv": (3, 1),
+    "ConvTranspose": (3, 1),
+    "MaxPool": (1, 1),
+    "AveragePool": (1, 1),
+    "GlobalAveragePool": (1, 1),
+    "GlobalMaxPool": (1, 1),
+    "Gemm": (3, -1),
+    "MatMul": (2, -1),
 }
+FUSING_PRODUCERS = {(domain, op_type): row for op_type, row in _PRODUCER_ROWS.items()
+                    for domain in ("", "pplpy")}
+FUSING_PRODUCERS[("pplpy", "MatMulBias")] = (3, -1)
 # Producers that write their output in runs (reductions, Resize: ppl_post_chain_range):
 # op_type -> inputs before the operands (x and axes; x, roi, scales and sizes); channels on
 # axis 1.  Their pplpy twins are the same ops read back from a saved optimised model.

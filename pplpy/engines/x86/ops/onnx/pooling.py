@@ -16,9 +16,8 @@ from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.canned import follow_input_format
 from pplpy.engines.x86.ops.declare import op
 from pplpy.params.onnx import AveragePoolParam, MaxPoolParam
-from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
-from pplpy.engines.x86.ops.post_chain import PostChain
+from pplpy.engines.x86.ops.post_chain import ChainedKernel
 from pplpy.oputils.onnx.pool_geometry import pool_window
 
 
@@ -28,13 +27,8 @@ def _physical(slot):
     return tuple(shape.physical_dims if shape.data_format is DataFormat.N16CX else shape.dims)
 
 
-class ChainedPoolKernel(X86Kernel):
+class ChainedPoolKernel(ChainedKernel):
     """A pool kernel whose step may carry the node's post-op chain."""
-
-    def __init__(self, op):
-        super().__init__(op)
-        self.post_chain = PostChain(op)  # set by the fusion pass
-        self.packed_inputs = self.post_chain.packed_inputs
 
     def chain_kwargs(self, io):
         """make_*_step's post_chain, channels and keep arguments for this io."""

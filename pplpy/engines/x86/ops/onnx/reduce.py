@@ -28,7 +28,7 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.onnx.shape import check_int64_input
 from pplpy.engines.x86.ops.op_context import X86OptKernel
-from pplpy.engines.x86.ops.post_chain import PostChain
+from pplpy.engines.x86.ops.post_chain import ChainedKernel
 from pplpy.errors import ShapeError
 from pplpy.params.onnx import ArgReduceParam, CumSumParam, ReduceAxesInputParam, ReduceParam
 
@@ -46,12 +46,7 @@ def _known(dim):
     return isinstance(dim, int)
 
 
-class ReduceKernel(X86Kernel):
-    def __init__(self, op):
-        super().__init__(op)
-        self.post_chain = PostChain(op)  # set by the fusion pass
-        self.packed_inputs = self.post_chain.packed_inputs
-
+class ReduceKernel(ChainedKernel):
     def make_step(self, io):
         if not self.has_work(io):
             return None

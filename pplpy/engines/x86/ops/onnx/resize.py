@@ -32,9 +32,8 @@ import numpy as np
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.declare import op
-from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
-from pplpy.engines.x86.ops.post_chain import PostChain
+from pplpy.engines.x86.ops.post_chain import ChainedKernel
 from pplpy.errors import ShapeError
 from pplpy.params.onnx import (
     Resize10Param,
@@ -179,12 +178,7 @@ def _vector(value):
     return value if value.size else None
 
 
-class ResizeKernel(X86Kernel):
-    def __init__(self, op):
-        super().__init__(op)
-        self.post_chain = PostChain(op)  # set by the fusion pass
-        self.packed_inputs = self.post_chain.packed_inputs
-
+class ResizeKernel(ChainedKernel):
     def make_step(self, io):
         if not self.has_work(io):
             return None
