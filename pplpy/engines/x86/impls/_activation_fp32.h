@@ -125,13 +125,29 @@ PPL_ACT_INLINE void ppl_act_store(float *p, ppl_vf v) { __builtin_memcpy(p, &v, 
 /* The first n (0 <= n <= PPL_VLEN) floats at p, the other lanes 0: a tail read no further
  * than the buffer's end. */
 PPL_ACT_INLINE ppl_vf ppl_act_load_partial(const float *p, ptrdiff_t n) {
+#if PPL_VLEN == 16 && defined(__AVX512F__)
+    /* A masked load: no call to memcpy, whose clobbered registers would make a caller
+     * holding a register tile spill it (masked-off lanes never fault). */
+    return (ppl_vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+#elif PPL_VLEN == 8 && defined(__AVX2__)
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return (ppl_vf)_mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lanes));
+#else
     ppl_vf v = ppl_act_splat(0.0f);
     __builtin_memcpy(&v, p, (size_t)n * sizeof(float));
     return v;
+#endif
 }
 
 PPL_ACT_INLINE void ppl_act_store_partial(float *p, ppl_vf v, ptrdiff_t n) {
+#if PPL_VLEN == 16 && defined(__AVX512F__)
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), (__m512)v);
+#elif PPL_VLEN == 8 && defined(__AVX2__)
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lanes), (__m256)v);
+#else
     __builtin_memcpy(p, &v, (size_t)n * sizeof(float));
+#endif
 }
 
 /* ---- The activations ---------------------------------------------------------------- */

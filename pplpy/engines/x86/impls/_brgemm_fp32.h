@@ -140,11 +140,56 @@ PPL_INLINE float ppl_post_scalar(float x, int post_op, float p0, float p1) {
     return ppl_apply_activation_compact(ppl_splat(x), post_op, p0, p1)[0];
 }
 
+/* A post-op the epilogue applies on the accumulators themselves: relu, leaky relu, clip.
+ * Any other (a transcendental one) would be a call inside the unrolled store loop, and a call
+ * there makes gcc spill every accumulator of the tile to the stack before the loop (all zmm
+ * registers are caller-saved); such a post-op runs over the stored tile instead. */
+#define PPL_POST_IS_INLINE(code) ((code) >= PPL_POST_NONE && (code) <= PPL_POST_CLIP)
+
+/* x through one PPL_POST_IS_INLINE post-op (none for any other code). */
+PPL_INLINE ppl_vf ppl_post_inline(ppl_vf x, int code, float p0, float p1) {
+    switch (code) {
+    case PPL_POST_RELU: return ppl_relu(x);
+    case PPL_POST_LEAKY_RELU: return ppl_leaky_relu(x, p0);
+    case PPL_POST_CLIP: return ppl_clip(x, p0, p1);
+    default: return x;
+    }
+}
+
+/* The common epilogue of a full-width tile: acc + bias through a cheap activation (post a
+ * compile-time constant after inlining), stored.  No field of the epilogue is read inside
+ * the loop: a store to C could alias it, which would make gcc reload it after every store.
+ * Adding a zero bias is exact here: an accumulator that starts at +0 is never -0. */
+PPL_INLINE void ppl_epilogue_store_fast(const int M, ppl_vf acc[][PPL_NV], const ppl_vf bv[],
+                                        float *c, ptrdiff_t ldc, ptrdiff_t cbs, const int post,
+                                        float p0, float p1) {
+#pragma GCC unroll 16
+    for (int r = 0; r < M; r++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NV; v++)
+            ppl_store(c + r * ldc + ppl_col(v * PPL_VLEN, cbs),
+                      ppl_activation_inline(acc[r][v] + bv[v], post, p0, p1));
+    }
+}
+
+/* A post-op that is not PPL_POST_IS_INLINE, over the stored tile (still in L1). */
+static __attribute__((noinline, unused)) void ppl_epilogue_post_tile(
+        float *c, ptrdiff_t ldc, ptrdiff_t cbs, int M, int n_valid, int post, float p0,
+        float p1) {
+    for (int r = 0; r < M; r++)
+        for (int j0 = 0; j0 < n_valid; j0 += PPL_CB) {
+            float *p = c + r * ldc + ppl_col(j0, cbs);
+            ppl_activation(p, p, n_valid - j0 < PPL_CB ? n_valid - j0 : PPL_CB, post, p0, p1);
+        }
+}
+
 /* Write acc[0..M) x [0..PPL_NV) through the epilogue into C.  A full-width tile works on
  * whole vectors in place.  A tile narrower than PPL_NB (the last panel of an N not a
  * multiple of PPL_NB) does the same on vectors loaded zero-padded past column n_valid and
  * stores only the valid lanes: a vector never straddles a 16-channel block (PPL_VLEN divides
- * 16), so each one's valid columns are contiguous in C. */
+ * 16), so each one's valid columns are contiguous in C.  The common case (alpha 1, nothing
+ * to accumulate or add, a cheap activation or none) has a copy per activation with the
+ * bias vectors loaded once per tile. */
 PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_valid, float *c,
                                    ptrdiff_t ldc, ptrdiff_t cbs, const ppl_epilogue *ep) {
     _Static_assert((int)PPL_POST_RELU == (int)PPL_ACT_RELU &&
@@ -154,44 +199,71 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
                        (int)PPL_POST_TANH == (int)PPL_ACT_TANH &&
                        (int)PPL_POST_HARD_SWISH == (int)PPL_ACT_HARD_SWISH,
                    "post-op codes must be the activation codes");
-    const ppl_vf alpha = ppl_splat(ep->alpha);
-    const int post = ep->post_op;
+    /* Every field read once, before any store (see ppl_epilogue_store_fast). */
+    const float alpha_s = ep->alpha, beta_s = ep->beta, p0 = ep->p0, p1 = ep->p1;
+    const int accumulate = ep->accumulate, post = ep->post_op;
+    const float *bias = ep->bias;
+    const float *addend = ep->addend;
     const float *sum = ep->sum ? ep->sum + (c - ep->dst) : NULL;
+    const struct ppl_post_chain_s *chain = ep->chain;
+    const int chain_first = ep->chain_first;
+    const ptrdiff_t col0 = ep->col0;
+    const ppl_vf alpha = ppl_splat(alpha_s), beta = ppl_splat(beta_s);
     const ppl_vf sum_scale = ppl_splat(ep->sum_scale);
-    if (n_valid == PPL_NB) {
+    if (n_valid == PPL_NB && alpha_s == 1.0f && !accumulate && !addend && !sum) {
+        ppl_vf bv[PPL_NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NV; v++)
+            bv[v] = bias ? ppl_load(bias + v * PPL_VLEN) : ppl_splat(0.0f);
+        switch (post) {
+        case PPL_POST_RELU:
+            ppl_epilogue_store_fast(M, acc, bv, c, ldc, cbs, PPL_POST_RELU, p0, p1); break;
+        case PPL_POST_LEAKY_RELU:
+            ppl_epilogue_store_fast(M, acc, bv, c, ldc, cbs, PPL_POST_LEAKY_RELU, p0, p1); break;
+        case PPL_POST_CLIP:
+            ppl_epilogue_store_fast(M, acc, bv, c, ldc, cbs, PPL_POST_CLIP, p0, p1); break;
+        default:
+            ppl_epilogue_store_fast(M, acc, bv, c, ldc, cbs, PPL_POST_NONE, p0, p1); break;
+        }
+    } else if (n_valid == PPL_NB) {
 #pragma GCC unroll 16
         for (int r = 0; r < M; r++) {
 #pragma GCC unroll 4
             for (int v = 0; v < PPL_NV; v++) {
                 const ptrdiff_t off = r * ldc + ppl_col(v * PPL_VLEN, cbs);
                 ppl_vf x = acc[r][v] * alpha;
-                if (ep->accumulate) x += ppl_load(c + off);
-                if (ep->addend) x += ppl_load(ep->addend + off) * ep->beta;
-                if (ep->bias) x += ppl_load(ep->bias + v * PPL_VLEN);
+                if (accumulate) x += ppl_load(c + off);
+                if (addend) x += ppl_load(addend + off) * beta;
+                if (bias) x += ppl_load(bias + v * PPL_VLEN);
                 if (sum) x = sum_scale * ppl_load(sum + off) + x;
-                if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
-                ppl_store(c + off, x);
+                ppl_store(c + off, ppl_post_inline(x, post, p0, p1));
             }
         }
     } else {
+        /* Unrolled like the loops above: an acc index that is not a compile-time constant
+         * would keep the whole tile in memory instead of registers, in every path. */
+#pragma GCC unroll 16
         for (int r = 0; r < M; r++) {
-            for (int v = 0; v < PPL_NV && v * PPL_VLEN < n_valid; v++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < PPL_NV; v++) {
                 const int j0 = v * PPL_VLEN;
+                if (j0 >= n_valid) break;
                 const ptrdiff_t nv = n_valid - j0 < PPL_VLEN ? n_valid - j0 : PPL_VLEN;
                 const ptrdiff_t off = r * ldc + ppl_col(j0, cbs);
                 ppl_vf x = acc[r][v] * alpha;
-                if (ep->accumulate) x += ppl_act_load_partial(c + off, nv);
-                if (ep->addend) x += ppl_act_load_partial(ep->addend + off, nv) * ep->beta;
-                if (ep->bias) x += ppl_act_load_partial(ep->bias + j0, nv);
+                if (accumulate) x += ppl_act_load_partial(c + off, nv);
+                if (addend) x += ppl_act_load_partial(addend + off, nv) * beta;
+                if (bias) x += ppl_act_load_partial(bias + j0, nv);
                 if (sum) x = sum_scale * ppl_act_load_partial(sum + off, nv) + x;
-                if (post != PPL_POST_NONE) x = ppl_apply_activation_compact(x, post, ep->p0, ep->p1);
-                ppl_act_store_partial(c + off, x, nv);
+                ppl_act_store_partial(c + off, ppl_post_inline(x, post, p0, p1), nv);
             }
         }
     }
-    /* The rest of the chain on the stored tile, while it is in L1. */
-    if (ep->chain)
-        ppl_post_chain_tile(ep->chain, ep->chain_first, c, ldc, cbs, M, n_valid, ep->col0);
+    /* A transcendental post-op, then the rest of the chain, on the stored tile (in L1). */
+    if (!PPL_POST_IS_INLINE(post))
+        ppl_epilogue_post_tile(c, ldc, cbs, M, n_valid, post, p0, p1);
+    if (chain)
+        ppl_post_chain_tile(chain, chain_first, c, ldc, cbs, M, n_valid, col0);
 }
 
 /* acc[r][v] += sum over the batch of A_i[r, :k] . B_i[:k, v-th vector]; M and (when the
@@ -271,7 +343,69 @@ PPL_INLINE void ppl_brgemm_row1(ptrdiff_t nbatch, const float **a, const float *
     ppl_epilogue_store(1, acc, n_valid, c, PPL_CB, cbs, ep);
 }
 
-/* C = epilogue(sum over nbatch of A_i[m x k] . B_i[k x PPL_NB]), 0 <= m <= PPL_MR; columns at
+/* A tile whose valid columns fit half a panel (n_valid <= PPL_NB / 2: a last panel of 16
+ * output channels on AVX-512) would spend half of its FMAs on zero columns.  This one is
+ * PPL_MR2 = 2 * PPL_MR rows by PPL_NVH = PPL_NV / 2 vectors: as many accumulators, none
+ * wasted.  Its two halves go through the common epilogue as PPL_MR-row tiles. */
+#define PPL_NVH (PPL_NV / 2)
+#define PPL_MR2 (2 * PPL_MR)
+
+PPL_INLINE void ppl_tile_accumulate_narrow(ptrdiff_t nbatch, const float **a, const float **b,
+                                           const ptrdiff_t k, ptrdiff_t lda,
+                                           ppl_vf acc[][PPL_NVH]) {
+    for (ptrdiff_t i = 0; i < nbatch; i++) {
+        const float *ai = a[i];
+        const float *bi = b[i];
+#pragma GCC unroll 16
+        for (ptrdiff_t kk = 0; kk < k; kk++) {
+            ppl_vf bv[PPL_NVH];
+#pragma GCC unroll 4
+            for (int v = 0; v < PPL_NVH; v++) bv[v] = ppl_load(bi + kk * PPL_NB + v * PPL_VLEN);
+#pragma GCC unroll 28
+            for (int r = 0; r < PPL_MR2; r++) {
+                const ppl_vf av = ppl_splat(ai[r * lda + kk]);
+#pragma GCC unroll 4
+                for (int v = 0; v < PPL_NVH; v++) acc[r][v] += av * bv[v];
+            }
+        }
+    }
+}
+
+static __attribute__((unused)) void ppl_brgemm_narrow(int n_valid, ptrdiff_t nbatch,
+                                                      const float **a, const float **b,
+                                                      ptrdiff_t k, ptrdiff_t lda, float *c,
+                                                      ptrdiff_t ldc, ptrdiff_t cbs,
+                                                      const ppl_epilogue *ep) {
+    ppl_vf acc[PPL_MR2][PPL_NVH];
+#pragma GCC unroll 28
+    for (int r = 0; r < PPL_MR2; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NVH; v++) acc[r][v] = ppl_splat(0.0f);
+    if (k == PPL_CB)
+        ppl_tile_accumulate_narrow(nbatch, a, b, PPL_CB, lda, acc);
+    else
+        ppl_tile_accumulate_narrow(nbatch, a, b, k, lda, acc);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        ppl_vf half[PPL_MR][PPL_NV];
+#pragma GCC unroll 16
+        for (int r = 0; r < PPL_MR; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < PPL_NV; v++)
+                half[r][v] = v < PPL_NVH ? acc[h * PPL_MR + r][v] : ppl_splat(0.0f);
+        ppl_epilogue_store(PPL_MR, half, n_valid, c + h * PPL_MR * ldc, ldc, cbs, ep);
+    }
+}
+
+/* Rows the next ppl_brgemm call should take of the count left: PPL_MR2 when the narrow tile
+ * applies, else up to PPL_MR. */
+static inline int ppl_brgemm_step(int n_valid, ptrdiff_t count) {
+    if (n_valid <= PPL_NB / 2 && count >= PPL_MR2) return PPL_MR2;
+    return count < PPL_MR ? (int)count : PPL_MR;
+}
+
+/* C = epilogue(sum over nbatch of A_i[m x k] . B_i[k x PPL_NB]), 0 <= m <= PPL_MR,
+ * or m = PPL_MR2 with n_valid <= PPL_NB / 2 (ppl_brgemm_step); columns at
  * and past n_valid (1 <= n_valid <= PPL_NB) are computed but not written.  The switch gives
  * every row count its own fully unrolled copy of the kernel. */
 static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nbatch, const float **a, const float **b,
@@ -279,6 +413,10 @@ static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nba
                        const ppl_epilogue *ep) {
 #define PPL_TILE_CASE(M) \
     case M: ppl_brgemm_tile(M, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep); break;
+    if (m == PPL_MR2 && n_valid <= PPL_NB / 2) {
+        ppl_brgemm_narrow(n_valid, nbatch, a, b, k, lda, c, ldc, cbs, ep);
+        return;
+    }
     switch (m) {
     case 1: ppl_brgemm_row1(nbatch, a, b, k, c, cbs, n_valid, ep); break;
     PPL_TILE_CASE(2)

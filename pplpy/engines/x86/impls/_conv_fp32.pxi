@@ -254,12 +254,12 @@ cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *
 cdef void _brgemm_run(Py_ssize_t count, Py_ssize_t nb, const float **a_ptrs,
                       const float **b_ptrs, Py_ssize_t lda, float *c, Py_ssize_t ldc,
                       Py_ssize_t cbs, int n_valid, int kc, const ppl_epilogue *ep) noexcept nogil:
-    """count pixels whose A rows are lda apart and C rows ldc apart, MR at a time; the batch
-    built for the first pixel is shifted along."""
+    """count pixels whose A rows are lda apart and C rows ldc apart, MR at a time (2 * MR for
+    a panel at most half valid); the batch built for the first pixel is shifted along."""
     cdef int mm
     cdef Py_ssize_t i
     while count > 0:
-        mm = <int>min(<Py_ssize_t>PPL_MR, count)
+        mm = ppl_brgemm_step(n_valid, count)
         ppl_brgemm(mm, n_valid, nb, a_ptrs, b_ptrs, kc, lda, c, ldc, cbs, ep)
         for i in range(nb):
             a_ptrs[i] += mm * lda

@@ -104,6 +104,9 @@ CASES = [
     (2, 40, 40, 1, 1, 200, 1, 1, (1, 1), (0, 0), (1, 1), None),       # pointwise, long row
     (1, 8, 20, 1, 17, 17, 3, 3, (1, 1), (1, 1), (1, 1), None),        # row remainders as columns
     (1, 32, 16, 1, 14, 14, 1, 1, (2, 2), (0, 0), (1, 1), None),       # 7 x 7 strided pointwise
+    # Half-valid last panels (16 of avx512's 32 columns) in 28-row narrow tiles:
+    (1, 32, 16, 1, 9, 9, 1, 1, (1, 1), (0, 0), (1, 1), None),         # 81 pixels: 2 + a rest
+    (2, 24, 48, 1, 5, 40, 3, 3, (1, 1), (1, 1), (1, 1), None),        # rows of 40, 2nd panel
 ]
 
 
@@ -122,6 +125,19 @@ def test_conv_post_ops(conv, post_op, p0, p1, group):
     rng = np.random.default_rng(int(post_op) * 7 + group)
     run_case(conv, rng, 1, 24, 24, group, 7, 9, 3, 3, (1, 1), (1, 1), (1, 1),
              post_op=post_op, p0=p0, p1=p1)
+
+
+@pytest.mark.parametrize("post_op,p0,p1", [(PostOp.NONE, 0, 0), (PostOp.RELU, 0, 0),
+                                           (PostOp.CLIP, -0.5, 1.5), (PostOp.SIGMOID, 0, 0)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_pointwise_narrow_tiles(conv, post_op, p0, p1, bias):
+    """A 1x1 conv to 16 channels over 100 flattened pixels: on avx512 its one panel is half
+    valid and goes in 28-row narrow tiles; every epilogue (cheap activations in registers,
+    sigmoid over the stored tile), with and without bias, 1 and 2 threads."""
+    for threads in (1, 2):
+        rng = np.random.default_rng(int(post_op) * 3 + bias + threads)
+        run_case(conv, rng, 1, 40, 16, 1, 10, 10, 1, 1, (1, 1), (0, 0), (1, 1), bias=bias,
+                 post_op=post_op, p0=p0, p1=p1, threads=threads)
 
 
 @pytest.mark.parametrize("group", [1, 2, 32])

@@ -113,17 +113,20 @@ CONV_CHAINS = {
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("algo", ["direct", "winograd", "depthwise"])
+@pytest.mark.parametrize("algo", ["direct", "winograd", "depthwise", "pointwise"])
 @pytest.mark.parametrize("chain", sorted(CONV_CHAINS))
 def test_conv_chains(isa, algo, chain, tmp_path, monkeypatch):
-    oc = 21
+    # pointwise: 1x1 over 90 flattened pixels, 37 output channels, whose last 16-channel
+    # block is a half-valid panel on avx512 (the 28-row narrow tile of _brgemm_fp32.h)
+    oc, k = (37, 1) if algo == "pointwise" else (21, 3)
+    pads = [k // 2] * 4
     monkeypatch.setenv("PPLPY_CONV_ALGO", "winograd" if algo == "winograd" else "direct")
     ic, group = (oc, oc) if algo == "depthwise" else (19, 1)
     tail, kinds = CONV_CHAINS[chain]
-    nodes = [node("Conv", ["x", "w", "b"], "t", pads=[1, 1, 1, 1], group=group),
-             node("Conv", ["x", "w2"], "r", pads=[1, 1, 1, 1], group=group)] + tail
-    inits = [("w", rand(oc, ic // group, 3, 3)), ("b", rand(oc)),
-             ("w2", rand(oc, ic // group, 3, 3)), ("s", np.array([0.25], np.float32)),
+    nodes = [node("Conv", ["x", "w", "b"], "t", pads=pads, group=group),
+             node("Conv", ["x", "w2"], "r", pads=pads, group=group)] + tail
+    inits = [("w", rand(oc, ic // group, k, k)), ("b", rand(oc)),
+             ("w2", rand(oc, ic // group, k, k)), ("s", np.array([0.25], np.float32)),
              ("ch", rand(oc, 1, 1)), ("sl", rand(oc, 1, 1)),
              ("lo", np.float32(-0.5)), ("hi", np.float32(1.5))]
     feeds = {"x": rand(2, ic, 9, 10)}
