@@ -47,6 +47,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
 
@@ -618,9 +619,11 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
             nrowblk = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
             rows = _ceil_div(d.OH, nrowblk)
             nitems = batch * nrowblk * nseg * npanels
-    scratch_floats = _ceil_div(scratch_floats, 16) * 16  # slices 64 bytes apart
-    scratch = numpy.zeros(num_threads * scratch_floats, dtype=numpy.float32)
-    ptrs = numpy.empty(num_threads * 2 * cap, dtype=numpy.uintp)
+    # Each thread's slices on cache lines of their own (per_thread.py): whole lines.
+    scratch_floats = _ceil_div(scratch_floats, 16) * 16
+    scratch, _ = per_thread_buffer(num_threads, scratch_floats, numpy.float32)
+    cap = _ceil_div(cap, 4) * 4
+    ptrs, _ = per_thread_buffer(num_threads, 2 * cap, numpy.uintp)
 
     cdef double flops = 2.0 * batch * out_c * OH * OW * taps * (in_c // group)
     cdef Step step = new_step(_conv_depthwise_step if depthwise else _conv_dense_step,

@@ -32,6 +32,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.runtime.step import run_steps
 
 include "_brgemm_fp32.pxi"
@@ -351,7 +352,7 @@ def make_deconv_step(size_t x, size_t y, Py_ssize_t batch, Py_ssize_t in_c, Py_s
     num_threads = max(1, num_threads)
     cdef Py_ssize_t ldcol = panels * PPL_NB
     cdef Py_ssize_t scratch_floats = _cdiv(_PB * icg + _PB * ldcol, 16) * 16
-    scratch = numpy.zeros(num_threads * scratch_floats, dtype=numpy.float32)
+    scratch, _ = per_thread_buffer(num_threads, scratch_floats, numpy.float32)
     cdef double flops = 2.0 * batch * in_c * in_pixels * taps * ocg
     holders = (keep, packed, bias, xchan, ychan, scratch)
     cdef Step step = new_step(_deconv_step, sizeof(_DeconvArgs), flops >= _PARALLEL_FLOPS,

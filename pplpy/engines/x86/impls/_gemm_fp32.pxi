@@ -43,6 +43,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
 
@@ -360,8 +361,8 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     cdef Py_ssize_t scratch_floats = rows_per_block * lda_pack
     if not b_packed:
         scratch_floats += panels_per_group * k * PPL_NB
-    scratch_floats = (scratch_floats + 15) // 16 * 16  # slices 64-byte apart
-    scratch = numpy.empty(num_threads * scratch_floats + 16, dtype=numpy.float32)
+    scratch_floats = (scratch_floats + 15) // 16 * 16
+    scratch, _ = per_thread_buffer(num_threads, scratch_floats, numpy.float32)
     bias_pad = None
     if bias is not None:
         # The last panel's vector epilogue reads PPL_NB columns: give it zeros past n.
@@ -408,7 +409,7 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     g.lda_pack = lda_pack
     scratch_v = scratch
     # 64-byte aligned start, so the copied rows of A begin on cache lines
-    g.scratch = &scratch_v[(16 - (<size_t>&scratch_v[0] // sizeof(float)) % 16) % 16]
+    g.scratch = &scratch_v[0]  # slices on cache lines of their own (per_thread.py)
     g.scratch_floats = scratch_floats
     g.max_threads = num_threads
     return step

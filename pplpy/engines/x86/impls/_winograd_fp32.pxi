@@ -30,6 +30,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
 
@@ -70,7 +71,8 @@ ctypedef struct _WinoArgs:
     ppl_epilogue ep
     float *scratch                 # max_threads slices of scratch_floats
     Py_ssize_t scratch_floats
-    const float **ptrs             # max_threads slices of 2 * icb batch pointers
+    const float **ptrs             # max_threads slices of 2 * icb batch pointers,
+    Py_ssize_t ptr_stride          # ptr_stride apart
     int max_threads
 
 
@@ -195,7 +197,7 @@ cdef void _wino_step(const void *args, int tid, int nthreads) noexcept nogil:
             return
         nthreads = c.max_threads
     cdef float *scratch = c.scratch + tid * c.scratch_floats
-    cdef const float **a_ptrs = c.ptrs + tid * 2 * c.icb
+    cdef const float **a_ptrs = c.ptrs + tid * c.ptr_stride
     ppl_partition(c.nitems, tid, nthreads, &begin, &end)
     for item in range(begin, end):
         _wino_item(c, item * c.block, min(c.tiles, (item + 1) * c.block), scratch, a_ptrs,
@@ -244,9 +246,10 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
                                  f"got {bias.shape[0]}")
             bias_pad[:out_c] = bias
     cdef Py_ssize_t scratch_floats = ocbp * PPL_CB + _POS * (icb + ocbp) * block * PPL_CB
-    scratch_floats = _ceil_div(scratch_floats, 16) * 16  # slices 64 bytes apart
-    scratch = numpy.zeros(num_threads * scratch_floats, dtype=numpy.float32)
-    ptrs = numpy.empty(num_threads * 2 * icb, dtype=numpy.uintp)
+    # Each thread's slices on cache lines of their own (per_thread.py): whole lines.
+    scratch_floats = _ceil_div(scratch_floats, 16) * 16
+    scratch, _ = per_thread_buffer(num_threads, scratch_floats, numpy.float32)
+    ptrs, ptr_stride = per_thread_buffer(num_threads, 2 * icb, numpy.uintp)
 
     cdef double flops = 2.0 * batch * out_c * OH * OW * 9 * in_c
     data = packed_w["data"]
@@ -282,6 +285,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.scratch = &scratch_v[0]
     c.scratch_floats = scratch_floats
     c.ptrs = <const float **>&ptrs_v[0]
+    c.ptr_stride = ptr_stride
     c.max_threads = num_threads
     return step
 
