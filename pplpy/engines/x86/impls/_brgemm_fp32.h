@@ -397,15 +397,8 @@ static __attribute__((unused)) void ppl_brgemm_narrow(int n_valid, ptrdiff_t nba
     }
 }
 
-/* Rows the next ppl_brgemm call should take of the count left: PPL_MR2 when the narrow tile
- * applies, else up to PPL_MR. */
-static inline int ppl_brgemm_step(int n_valid, ptrdiff_t count) {
-    if (n_valid <= PPL_NB / 2 && count >= PPL_MR2) return PPL_MR2;
-    return count < PPL_MR ? (int)count : PPL_MR;
-}
-
 /* C = epilogue(sum over nbatch of A_i[m x k] . B_i[k x PPL_NB]), 0 <= m <= PPL_MR,
- * or m = PPL_MR2 with n_valid <= PPL_NB / 2 (ppl_brgemm_step); columns at
+ * or m = PPL_MR2 with n_valid <= PPL_NB / 2 (the narrow tile); columns at
  * and past n_valid (1 <= n_valid <= PPL_NB) are computed but not written.  The switch gives
  * every row count its own fully unrolled copy of the kernel. */
 static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nbatch, const float **a, const float **b,
@@ -459,6 +452,35 @@ static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nba
     default: break;
     }
 #undef PPL_TILE_CASE
+}
+
+/* count rows of A (lda apart) into count rows of C (ldc apart), a whole run of tiles: what a
+ * convolution's output row or a GEMM's panel is.  The batch pointers a[] are moved along
+ * the rows as the tiles go (they end past the last row).  Full tiles run in this loop with
+ * their own inlined copy of the kernel, so no tile pays a call, a dispatch or the prologue
+ * of ppl_brgemm's large frame (measured: that overhead was about a third of a 1x1 conv tile
+ * with 16 input channels); the last partial tile goes through ppl_brgemm. */
+static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nbatch,
+                                                   const float **a, const float **b,
+                                                   ptrdiff_t k, ptrdiff_t lda, float *c,
+                                                   ptrdiff_t ldc, ptrdiff_t cbs, int n_valid,
+                                                   const ppl_epilogue *ep) {
+    const int narrow = n_valid <= PPL_NB / 2;
+    const ptrdiff_t step = narrow ? PPL_MR2 : PPL_MR;
+    for (; count >= step; count -= step, c += step * ldc) {
+        if (narrow)
+            ppl_brgemm_narrow(n_valid, nbatch, a, b, k, lda, c, ldc, cbs, ep);
+        else
+            ppl_brgemm_tile(PPL_MR, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep);
+        for (ptrdiff_t i = 0; i < nbatch; i++) a[i] += step * lda;
+    }
+    while (count > 0) {  /* at most two short tiles (a narrow run's rest can exceed PPL_MR) */
+        const int m = count < PPL_MR ? (int)count : PPL_MR;
+        ppl_brgemm(m, n_valid, nbatch, a, b, k, lda, c, ldc, cbs, ep);
+        for (ptrdiff_t i = 0; i < nbatch; i++) a[i] += m * lda;
+        c += m * ldc;
+        count -= m;
+    }
 }
 
 /* ---- Depthwise convolution on N16CX: one 16-channel block, vectorised over channels. ---- */

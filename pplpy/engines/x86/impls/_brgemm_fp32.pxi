@@ -33,7 +33,9 @@ cdef extern from "_brgemm_fp32.h" nogil:
     void ppl_brgemm(int m, int n_valid, Py_ssize_t nbatch, const float **a, const float **b,
                     Py_ssize_t k, Py_ssize_t lda, float *c, Py_ssize_t ldc, Py_ssize_t cbs,
                     const ppl_epilogue *ep)
-    int ppl_brgemm_step(int n_valid, Py_ssize_t count)
+    void ppl_brgemm_run(Py_ssize_t count, Py_ssize_t nbatch, const float **a,
+                        const float **b, Py_ssize_t k, Py_ssize_t lda, float *c,
+                        Py_ssize_t ldc, Py_ssize_t cbs, int n_valid, const ppl_epilogue *ep)
 
     void ppl_dw_row(const float *x, Py_ssize_t H, Py_ssize_t W, const float *w,
                     const float *bias, float *y, Py_ssize_t OW, Py_ssize_t oh, int KH, int KW,

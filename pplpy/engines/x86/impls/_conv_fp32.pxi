@@ -252,22 +252,6 @@ cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *
     return nb
 
 
-cdef void _brgemm_run(Py_ssize_t count, Py_ssize_t nb, const float **a_ptrs,
-                      const float **b_ptrs, Py_ssize_t lda, float *c, Py_ssize_t ldc,
-                      Py_ssize_t cbs, int n_valid, int kc, const ppl_epilogue *ep) noexcept nogil:
-    """count pixels whose A rows are lda apart and C rows ldc apart, MR at a time (2 * MR for
-    a panel at most half valid); the batch built for the first pixel is shifted along."""
-    cdef int mm
-    cdef Py_ssize_t i
-    while count > 0:
-        mm = ppl_brgemm_step(n_valid, count)
-        ppl_brgemm(mm, n_valid, nb, a_ptrs, b_ptrs, kc, lda, c, ldc, cbs, ep)
-        for i in range(nb):
-            a_ptrs[i] += mm * lda
-        c += mm * ldc
-        count -= mm
-
-
 cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
                            Py_ssize_t nicb, const float *bias, float *y, const _ConvDims *d,
                            Py_ssize_t n, Py_ssize_t oh_lo, Py_ssize_t oh_hi,
@@ -318,8 +302,8 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
         end = ow_split if r_lo <= oh < r_hi else ow_hi
         if ow_lo < end:
             nb = _gather_taps(d, x_n, wp, nicb, oh, ow_lo, a_ptrs, b_ptrs)
-            _brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sw * d.ps,
-                        y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, kc, &ep)
+            ppl_brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, kc, <Py_ssize_t>d.sw * d.ps,
+                           y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, &ep)
 
     # Columns: down the column over rows whose kernel rows all fit, then the corners.
     for ow in range(ow_begin, ow_end):
@@ -327,9 +311,9 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
             continue
         if r_lo < r_hi:
             nb = _gather_taps(d, x_n, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
-            _brgemm_run(r_hi - r_lo, nb, a_ptrs, b_ptrs, <Py_ssize_t>d.sh * d.W * d.ps,
-                        y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid,
-                        kc, &ep)
+            ppl_brgemm_run(r_hi - r_lo, nb, a_ptrs, b_ptrs, kc, <Py_ssize_t>d.sh * d.W * d.ps,
+                           y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid,
+                           &ep)
         if ow_lo <= ow < ow_hi:
             continue  # an interior column: its other rows were done along their rows
         for oh in range(oh_lo, oh_hi):

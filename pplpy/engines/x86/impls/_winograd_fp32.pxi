@@ -124,7 +124,7 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, float *sc
     cdef float *v = scratch + c.ocbp * PPL_CB
     cdef float *m = v + _POS * vstride
     cdef Py_ssize_t plane = c.H * c.W * PPL_CB, oplane = c.OH * c.OW * PPL_CB
-    cdef Py_ssize_t i, tile, n, th, tw, cb, pos, p, r, mm, j, col0
+    cdef Py_ssize_t i, tile, n, th, tw, cb, pos, p, j, col0
     cdef const float *bsrc
     cdef float *cdst
 
@@ -151,14 +151,8 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, float *sc
                 a_ptrs[cb] = v + pos * vstride + cb * T * PPL_CB
                 b_ptrs[cb] = c.u + ((pos * c.npanels + p) * c.icb + cb) * PPL_CB * PPL_NB
             cdst = m + pos * mstride + (col0 // PPL_CB) * T * PPL_CB + col0 % PPL_CB
-            r = 0
-            while r < nt:
-                mm = min(<Py_ssize_t>PPL_MR, nt - r)
-                ppl_brgemm(<int>mm, PPL_NB, c.icb, a_ptrs, b_ptrs, c.kc, PPL_CB,
-                           cdst + r * PPL_CB, PPL_CB, T * PPL_CB, &c.ep)
-                for cb in range(c.icb):
-                    a_ptrs[cb] += mm * PPL_CB
-                r += mm
+            ppl_brgemm_run(nt, c.icb, a_ptrs, b_ptrs, c.kc, PPL_CB, cdst, PPL_CB, T * PPL_CB,
+                           PPL_NB, &c.ep)
 
     for i in range(nt):
         tile = t0 + i
