@@ -35,21 +35,24 @@ static inline __attribute__((always_inline)) void ppl_chmap_pixels_avx512(
         const uint32_t *mask, const int nops, ptrdiff_t s0, ptrdiff_t s1) {
     __m512i ix[8];
     __mmask16 m[8];
+    const float *pa[8], *pb[8];   /* local copies: the stores to dst cannot change them */
     ptrdiff_t s;
     int k;
     for (k = 0; k < nops; k++) {
         ix[k] = _mm512_loadu_si512(idx + k * PPL_CHMAP_LANES);
         m[k] = (__mmask16)mask[k];
+        pa[k] = a[k];
+        pb[k] = b[k];
     }
     for (s = s0; s < s1; s++) {
         const ptrdiff_t o = s * PPL_CHMAP_LANES;
         /* the first op zeroes the lanes it does not write (padding); the others merge */
-        __m512 v = _mm512_maskz_permutex2var_ps(m[0], _mm512_loadu_ps(a[0] + o), ix[0],
-                                                _mm512_loadu_ps(b[0] + o));
+        __m512 v = _mm512_maskz_permutex2var_ps(m[0], _mm512_loadu_ps(pa[0] + o), ix[0],
+                                                _mm512_loadu_ps(pb[0] + o));
         for (k = 1; k < nops; k++)
             v = _mm512_mask_mov_ps(v, m[k],
-                                   _mm512_permutex2var_ps(_mm512_loadu_ps(a[k] + o), ix[k],
-                                                          _mm512_loadu_ps(b[k] + o)));
+                                   _mm512_permutex2var_ps(_mm512_loadu_ps(pa[k] + o), ix[k],
+                                                          _mm512_loadu_ps(pb[k] + o)));
         _mm512_storeu_ps(dst + o, v);
     }
 }

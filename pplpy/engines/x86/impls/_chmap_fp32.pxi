@@ -30,8 +30,9 @@ cdef extern from "_chmap_fp32.h" nogil:
                               Py_ssize_t s0, Py_ssize_t s1)
 
 
-# True where a pixel is moved by vector permutes (AVX-512); the other tiers copy lane by
-# lane, no faster than _copy's lane runs.
+# True where a pixel is moved by vector permutes (AVX-512).  The other tiers copy lane by
+# lane, measured 0.8-1.0x the speed of _copy's lane runs, so the ops use those there; the
+# variants still share one API and results (the tests compare them).
 PERMUTES = bool(PPL_CHMAP_PERMUTES)
 
 
@@ -41,11 +42,11 @@ cdef enum:
     MAX_OPS = 8
     # each op's entry in the Py_ssize_t table: input a, block a, input b, block b
     OP_FIELDS = 4
-    # A task moves a tile of pixels through every output block, so the source pixels it
-    # reads again and again (each feeds several output blocks) stay in L1: all input
-    # blocks of a tile take about TILE_BYTES.
-    TILE_BYTES = 16384
-    MIN_TILE = 8
+    # A task moves a tile of TILE pixels through every output block, so the source pixels
+    # it reads again and again (each feeds several output blocks) are still in cache.
+    # Measured on ShuffleNet's shapes (7-17 blocks): 36-64 pixels best, 8 or 256+ up to
+    # 1.6x slower.
+    TILE = 64
 
 
 cdef struct ChmapArgs:
@@ -147,8 +148,7 @@ def make_channel_map_fp32_step(size_t dst, srcs, channels, sources, Py_ssize_t b
     args.batch = batch if out_blocks > 0 else 0
     args.out_blocks = out_blocks
     args.pixels = pixels
-    args.tile = pixels if not PERMUTES else max(MIN_TILE, TILE_BYTES // (sum(t[pos + out_blocks + 1:pos + out_blocks + 1 + n])
-                                             * LANES * 4))
+    args.tile = TILE if PERMUTES else 4 * TILE
     args.ops = &t[0]
     args.first_op = &t[pos]
     args.in_blocks = &t[pos + out_blocks + 1]
