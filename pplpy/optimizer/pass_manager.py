@@ -50,6 +50,7 @@ from pplpy.optimizer.passes.recognize_layer_norm import RecognizeLayerNorm
 from pplpy.optimizer.passes.reduce_mean_to_pool import ReduceMeanToGlobalPool
 from pplpy.optimizer.passes.relu_maxpool import SwapReluMaxPool
 from pplpy.optimizer.passes.reshape_cast_chains import MergeReshapes, SimplifyCasts
+from pplpy.optimizer.passes.sum_to_add import SumToAdd
 from pplpy.optimizer.passes.transposes import OptimizeTransposes, SinkTransposes
 
 PASSES = {
@@ -58,6 +59,7 @@ PASSES = {
         ConstantToInitializer,
         RemoveIdentity,
         RemoveInferenceDropout,
+        SumToAdd,
         DeadCodeElimination,
         ConstantFolding,
         CommonSubexpressionElimination,
@@ -124,6 +126,9 @@ DEFAULT_PIPELINE = (
     P("remove_identity", "fixed_point"),
     # DCE before folding: never compute constants nobody reads.
     P("remove_inference_dropout", dce_after=True),
+    # Sum of one or two inputs to its input or Add (Glow's canonical binary form), so the
+    # later rules and the engine's post-op fusion see one spelling of a residual add.
+    P("sum_to_add"),
     P("constant_folding", "fixed_point", dce_after=True),
     # Glow's graph passes.  CSE after folding (equal constants are folded by then) and
     # before the rules that look for single readers (a duplicate is a second reader).

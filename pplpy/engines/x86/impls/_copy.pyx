@@ -12,6 +12,7 @@
 #   make_channel_map_n16cx_step  each output channel of an N16CX tensor copies a chosen
 #                           channel of one of several N16CX inputs, as lane runs (Concat,
 #                           channel Split and Slice, ChannelShuffle); make_concat_n16cx_step
+#                           (float maps of one-lane runs, a shuffle, go to _chmap_fp32)
 #   make_group_step         several independent steps as one (Dropout: y and its mask)
 #   make_pad_step           y[i_0, ...] = x[t_0[i_0], ...], or a value where any t_k[i_k] < 0
 #                           (Pad in every mode, NDARRAY or N16CX spatial axes)
@@ -491,12 +492,11 @@ def make_concat_n16cx_step(size_t dst, srcs, channels, Py_ssize_t batch, Py_ssiz
                                        pixels, es)
 
 
-def make_channel_map_n16cx_step(size_t dst, srcs, channels, sources, Py_ssize_t batch,
-                                Py_ssize_t pixels, Py_ssize_t es):
-    """Step: output channel c of the N16CX output at ``dst`` is channel sources[c][1] of
-    N16CX input sources[c][0] (inputs at ``srcs`` with ``channels`` channels each); the
-    output's padding lanes become 0.  Concat, channel Split and Slice, ChannelShuffle."""
-    cdef Py_ssize_t n = len(srcs), i, r, nruns, ob
+def check_channel_map(srcs, channels, sources, Py_ssize_t batch, Py_ssize_t pixels,
+                      Py_ssize_t es):
+    """Raise ValueError unless ``sources`` names existing channels of the inputs and the
+    sizes are sane (the checks of every N16CX channel-map step)."""
+    cdef Py_ssize_t n = len(srcs)
     if n == 0 or len(channels) != n:
         raise ValueError(f"need one channel count per input, got {len(channels)} for {n}")
     if min(batch, pixels, *channels) < 0 or es <= 0:
@@ -505,6 +505,15 @@ def make_channel_map_n16cx_step(size_t dst, srcs, channels, sources, Py_ssize_t 
     for i, j in sources:
         if not (0 <= i < n and 0 <= j < channels[i]):
             raise ValueError(f"source channel {j} of input {i} does not exist")
+
+
+def make_channel_map_n16cx_step(size_t dst, srcs, channels, sources, Py_ssize_t batch,
+                                Py_ssize_t pixels, Py_ssize_t es):
+    """Step: output channel c of the N16CX output at ``dst`` is channel sources[c][1] of
+    N16CX input sources[c][0] (inputs at ``srcs`` with ``channels`` channels each); the
+    output's padding lanes become 0.  Concat, channel Split and Slice, ChannelShuffle."""
+    cdef Py_ssize_t n = len(srcs), i, r, nruns, ob
+    check_channel_map(srcs, channels, sources, batch, pixels, es)
     runs = n16cx_lane_runs(sources)
     out_blocks = len(runs)
     nruns = sum(len(rs) for rs in runs)

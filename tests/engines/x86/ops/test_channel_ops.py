@@ -77,7 +77,7 @@ def test_split_at_any_channel_offset_stays_blocked(isa, sizes):
     check_blocked(conv_sandwich(middle, 40, 40, extra=[("sizes", list(sizes))]), isa, "Split")
 
 
-@pytest.mark.parametrize("channels, groups", [(32, 2), (24, 3), (116, 2), (48, 4)])
+@pytest.mark.parametrize("channels, groups", [(32, 2), (24, 3), (116, 2), (48, 4), (72, 8)])
 def test_channel_shuffle_is_recognised_and_stays_blocked(isa, channels, groups):
     middle = [helper.make_node("Reshape", ["c", "s5"], ["r"]),
               helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),

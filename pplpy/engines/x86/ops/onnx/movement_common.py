@@ -9,6 +9,8 @@ from pplpy.errors import ShapeError
 from pplpy.models.onnx.registry import generic_parse
 
 INDEX_TYPES = (DataType.INT32, DataType.INT64)
+# Lane runs per N16CX output block above which a float channel map runs as permutes.
+FRAGMENTED_RUNS = 2
 # Element types the typed kernels (cast, reductions, comparisons) handle.
 NUMERIC_TYPES = (DataType.FLOAT32, DataType.FLOAT64, DataType.INT8, DataType.UINT8,
                  DataType.INT16, DataType.UINT16, DataType.INT32, DataType.UINT32,
@@ -70,12 +72,31 @@ def contiguous_strides(dims, es):
     return strides
 
 
-def n16cx_channel_step(y, x, sources):
+def n16cx_channel_step(kernel, y, x, sources):
     """Step: channel c of the N16CX slot ``y`` = channel ``sources[c]`` of the N16CX slot
-    ``x`` (a channel slice, a split part, a shuffle), without leaving the blocked layout."""
+    ``x`` (a channel slice, a split part, a shuffle), without leaving the blocked layout.
+
+    A float map whose output blocks break into many lane runs (a shuffle, a strided slice:
+    runs of one lane) runs as per-pixel permutes where ``kernel``'s ISA has them (AVX-512:
+    2-3x faster on ShuffleNet's shuffles); long runs (a split or slice off the 16-lane
+    grid), other element sizes and the lane-by-lane tiers (measured no faster) stay with
+    _copy's lane-run copies."""
     dims = x.shape.dims
-    step = _copy.make_channel_map_n16cx_step(y.address, [x.address], [dims[1]],
-                                             [(0, c) for c in sources], dims[0],
-                                             prod(dims[2:]), x.shape.data_type.itemsize)
+    es, batch, pixels = x.shape.data_type.itemsize, dims[0], prod(dims[2:])
+    sources = [(0, c) for c in sources]
+    permutes = kernel.impl("chmap_fp32") if es == 4 else None
+    if permutes is not None and permutes.PERMUTES and fragmented(sources):
+        step = permutes.make_channel_map_fp32_step(y.address, [x.address], [dims[1]],
+                                                   sources, batch, pixels)
+    else:
+        step = _copy.make_channel_map_n16cx_step(y.address, [x.address], [dims[1]], sources,
+                                                 batch, pixels, es)
     step.keep = (step.keep, x.array, y.array)
     return step
+
+
+def fragmented(sources):
+    """True when a channel map's output blocks average more than FRAGMENTED_RUNS lane runs:
+    then a permute per source block beats a copy per run."""
+    runs = _copy.n16cx_lane_runs(sources)
+    return sum(len(r) for r in runs) > FRAGMENTED_RUNS * len(runs)

@@ -40,8 +40,8 @@ class SliceKernel(DataMovementKernel):
         blocked = x.shape.data_format is DataFormat.N16CX
         if blocked and (firsts[1], steps[1], out_dims[1]) != (0, 1, dims[1]):
             # The channel axis alone is sliced (see select_format): a channel map.
-            return n16cx_channel_step(y, x, [firsts[1] + k * steps[1]
-                                             for k in range(out_dims[1])])
+            return n16cx_channel_step(self, y, x, [firsts[1] + k * steps[1]
+                                                   for k in range(out_dims[1])])
         if blocked:  # batch or spatial axes of (N, C/16, *S, 16): whole blocks, all lanes
             dims, out = x.shape.physical_dims, y.shape.physical_dims
             firsts = [firsts[0], 0, *firsts[2:], 0]

@@ -50,7 +50,7 @@ class SplitKernel(DataMovementKernel):
             if y is not None and y.shape.element_count > 0 and lanes_move:
                 # Lanes move (or the part ends inside a block whose other lanes belong to
                 # the next part, and the output's padding lanes must be zero): a channel map.
-                steps.append(n16cx_channel_step(y, x, range(offset, offset + size)))
+                steps.append(n16cx_channel_step(self, y, x, range(offset, offset + size)))
             elif y is not None and y.shape.element_count > 0:
                 first = offset // LANES if blocked else offset
                 count = y.shape.physical_dims[1] if blocked else size

@@ -32,7 +32,7 @@ class ChannelShuffleKernel(X86Kernel):
         n, c, pixels = dims[0], dims[1], math.prod(dims[2:])
         g, es = self.op.param.group, x.shape.data_type.itemsize
         if x.shape.data_format is DataFormat.N16CX:
-            return n16cx_channel_step(y, x, shuffle_sources(c, g))
+            return n16cx_channel_step(self, y, x, shuffle_sources(c, g))
         # NDARRAY: (N, g, C/g, S) read as (N, C/g, g, S)
         out_dims, strides = _copy.transpose_strides([n, g, c // g, pixels], [0, 2, 1, 3], es)
         step = _copy.make_strided_copy_step(y.address, x.address, es, out_dims, strides)
