@@ -204,56 +204,75 @@ PPL_ACT_INLINE ppl_vf ppl_clip(ppl_vf x, float lo, float hi) {
 /* exp(x), relative error < 2e-7 on [-87.33, 88.72] (measured: below 1e-7 on every tier);
  * inf above; NaN for NaN.  Below: 0 on the generic tiers; on AVX-512 the subnormal (one
  * rounding of a result accurate to 1e-7) down to -103.97, 0 past it.
- * nonpos (a constant) promises x <= 0 or NaN, which saves the checks against the top.
  *
- * x = n*ln2 + r with |r| <= ln2/2, exp(x) = 2**n * e**r.  The helpers below are shared by
- * exp, expm1 (ELU's family, tanh) and sigmoid/swish:
- *   ppl_exp_reduce   n (a float) and r, from an x already clamped to where n*ln2 is exact
- *   ppl_exp_poly     Q(r) with e**r = 1 + r + r**2 Q(r), degree 4, fitted here (minimax on
+ * c x = n*ln2 + r with |r| <= ln2/2, exp(c x) = 2**n * e**r.  The helpers below serve exp,
+ * expm1 (ELU's family, tanh) and sigmoid/swish, with c a constant power of two or its
+ * negative (1, -1, -2) that they fold into their constants, so that no caller pays for the
+ * product c x:
+ *   ppl_exp_reduce   n (a float) and u = r / c, from an x already clamped to where n*ln2
+ *                    is exact and the reduction finite
+ *   ppl_exp_poly     e**r = 1 + r + r**2 Q(r) by Horner's scheme in u (the coefficients
+ *                    times powers of c: exact).  Q of degree 4 fitted here (minimax on
  *                    e**r's relative error, float32 coefficients): truncation < 5e-9, one
- *                    Horner step less than Cephes' expf.  exp takes it by Horner's scheme
- *                    ((Q r + 1) r + 1), expm1 as r**2 Q + r (relative precision near 0).
+ *                    Horner step less than Cephes' expf
  *   ppl_exp_scale    p * 2**n: AVX-512's vscalefps, which is exact down to the subnormals
  *                    and gives inf past the top by itself; elsewhere from exponent bits. */
-#if PPL_VLEN == 16 && defined(__AVX512F__)
+#if PPL_VLEN == 16 && defined(__AVX512F__) && defined(__AVX512DQ__)
 #define PPL_ACT_SCALEF 1
 #else
 #define PPL_ACT_SCALEF 0
 #endif
 
-/* The clamps of x: exp(-104) already rounds to 0 (below half the least subnormal) and
- * exp(89) to inf, so clamping there changes no result and keeps n*ln2 exact and the
+/* The clamps of c x: exp(-104) already rounds to 0 (below half the least subnormal) and
+ * exp(89) to inf, so clamping |c x| to 104 changes no result and keeps n*ln2 exact and the
  * reduction finite for +-inf and huge |x|.  The generic scaling needs a normal 2**n, hence
- * its own, narrower bounds, and the selects of ppl_exp_impl for the results past them. */
+ * its own, narrower bounds, and the selects of ppl_exp_c for the results past them. */
 #if PPL_ACT_SCALEF
 #define PPL_EXP_LO (-104.0f)
-#define PPL_EXP_HI 89.0f
+#define PPL_EXP_HI 104.0f
 #else
 #define PPL_EXP_LO (-87.336544f)
 #define PPL_EXP_HI 88.72283935546875f
 #endif
 
-/* n = round(x * log2(e)) and r = x - n*ln2 (ln2 in two parts, n*ln2_hi exact).  *k gets
- * the bits of n + 1.5 * 2**23 for the generic scaling (n in its low mantissa bits). */
-PPL_ACT_INLINE ppl_vf ppl_exp_reduce(ppl_vf x, ppl_vf *fn, ppl_vf *k) {
+/* n = round(c x log2(e)) and u = x - n ln2 / c (ln2 in two parts, n ln2_hi / c exact), so
+ * that r = c u.  *k gets the bits of n + 1.5 * 2**23 for the generic scaling (n in its low
+ * mantissa bits). */
+PPL_ACT_INLINE ppl_vf ppl_exp_reduce(ppl_vf x, const float c, ppl_vf *fn, ppl_vf *k) {
+    const ppl_vf t = x * ppl_act_splat(c * 1.44269504088896341f);
 #if PPL_ACT_SCALEF
-    *fn = (ppl_vf)_mm512_roundscale_ps((__m512)(x * ppl_act_splat(1.44269504088896341f)),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    *fn = (ppl_vf)_mm512_roundscale_ps((__m512)t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     *k = *fn;
 #else
     /* the 1.5 * 2**23 trick: adding it rounds to an integer (two adds, no conversion) */
     const ppl_vf magic = ppl_act_splat(12582912.0f);
-    *k = x * ppl_act_splat(1.44269504088896341f) + magic;
+    *k = t + magic;
     *fn = *k - magic;
 #endif
-    return x - *fn * ppl_act_splat(0.693359375f) - *fn * ppl_act_splat(-2.12194440e-4f);
+    return x - *fn * ppl_act_splat(0.693359375f / c) - *fn * ppl_act_splat(-2.12194440e-4f / c);
 }
 
-PPL_ACT_INLINE ppl_vf ppl_exp_poly(ppl_vf r) {
-    static const float Q[5] = {0.4999999403953552f, 0.16666516661643982f,
-                               0.041668426245450974f, 0.008369123563170433f,
-                               0.0013813755940645933f};
-    return ppl_act_poly(r, Q, 5);
+static const float PPL_EXP_Q[5] = {0.4999999403953552f, 0.16666516661643982f,
+                                   0.041668426245450974f, 0.008369123563170433f,
+                                   0.0013813755940645933f};
+
+/* sum_j a[j] (c u)**j for j < n, Horner's scheme in u (c a constant: folded). */
+PPL_ACT_INLINE ppl_vf ppl_exp_poly_c(ppl_vf u, const float *a, const int n, const float c) {
+    float cj = 1.0f;
+    for (int j = 0; j < n - 1; j++) cj *= c;
+    ppl_vf p = ppl_act_splat(a[n - 1] * cj);
+    for (int j = n - 2; j >= 0; j--) {
+        cj /= c;
+        p = p * u + ppl_act_splat(a[j] * cj);
+    }
+    return p;
+}
+
+/* e**r = 1 + r + r**2 Q(r), r = c u */
+PPL_ACT_INLINE ppl_vf ppl_exp_poly(ppl_vf u, const float c) {
+    const float a[7] = {1.0f, 1.0f, PPL_EXP_Q[0], PPL_EXP_Q[1], PPL_EXP_Q[2], PPL_EXP_Q[3],
+                        PPL_EXP_Q[4]};
+    return ppl_exp_poly_c(u, a, 7, c);
 }
 
 /* p * 2**n; k from ppl_exp_reduce.  Generic: 2**n from exponent bits (k's bits are
@@ -275,75 +294,94 @@ PPL_ACT_INLINE ppl_vf ppl_exp_scale(ppl_vf p, ppl_vf fn, ppl_vf k, const int two
 #endif
 }
 
-PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) {
-    const ppl_vf one = ppl_act_splat(1.0f);
-    ppl_vf xc = ppl_act_max_keepnan(x, PPL_EXP_LO);
-    if (!nonpos) xc = ppl_act_min_keepnan(xc, PPL_EXP_HI);
+/* exp(c x) for x clamped to c x in [LO, HI] */
+PPL_ACT_INLINE ppl_vf ppl_exp_core(ppl_vf xc, const float c, const int nonpos) {
     ppl_vf fn, k;
-    const ppl_vf r = ppl_exp_reduce(xc, &fn, &k);
-    const ppl_vf p = ppl_exp_scale((ppl_exp_poly(r) * r + one) * r + one, fn, k, !nonpos);
+    const ppl_vf u = ppl_exp_reduce(xc, c, &fn, &k);
+    return ppl_exp_scale(ppl_exp_poly(u, c), fn, k, !nonpos);
+}
+
+/* exp(c x).  nonpos (a constant) promises c x <= 0 or NaN, which saves the checks against
+ * the top.  The clamps keep NaN (vrangeps, one instruction for both, would not). */
+PPL_ACT_INLINE ppl_vf ppl_exp_c(ppl_vf x, const float c, const int nonpos) {
+    /* x's bounds: c x >= LO, c x <= HI */
+    const float lo = c > 0 ? PPL_EXP_LO / c : PPL_EXP_HI / c;
+    const float hi = c > 0 ? PPL_EXP_HI / c : PPL_EXP_LO / c;
+    ppl_vf xc = x;
+    if (c > 0 || !nonpos) xc = ppl_act_max_keepnan(xc, lo);
+    if (c < 0 || !nonpos) xc = ppl_act_min_keepnan(xc, hi);
+    const ppl_vf p = ppl_exp_core(xc, c, nonpos);
 #if PPL_ACT_SCALEF
     return p;
 #else
-    const ppl_vf z = ppl_act_select(x < ppl_act_splat(PPL_EXP_LO), ppl_act_splat(0.0f), p);
-    return nonpos ? z : ppl_act_select(x > ppl_act_splat(PPL_EXP_HI),
-                                       ppl_act_splat(__builtin_inff()), z);
+    const ppl_vf zero = ppl_act_splat(0.0f), inf = ppl_act_splat(__builtin_inff());
+    const ppl_vi under = c > 0 ? x < ppl_act_splat(lo) : x > ppl_act_splat(hi);
+    const ppl_vi over = c > 0 ? x > ppl_act_splat(hi) : x < ppl_act_splat(lo);
+    const ppl_vf z = ppl_act_select(under, zero, p);
+    return nonpos ? z : ppl_act_select(over, inf, z);
 #endif
 }
 
-PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) { return ppl_exp_impl(x, 0); }
+/* exp(x); nonpos as for ppl_exp_c */
+PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) { return ppl_exp_c(x, 1.0f, nonpos); }
 
-/* exp(x) - 1 without cancellation near 0: 2**n * e**r - 1 = 2 (s (e**r - 1) + (s - 1/2))
- * with s = 2**(n-1), where e**r - 1 = r**2 Q(r) + r keeps r's relative precision, s - 1/2 is exact for
- * n >= -23 and s stays finite up to n = 128 (the last doubling overflows when the result
- * does).  Below -20 it is -1 to float precision: x is clamped there (-inf gives -1).
- * nonpos (a constant): the caller discards lanes with x > 0, so the top is not checked. */
-PPL_ACT_INLINE ppl_vf ppl_expm1_impl(ppl_vf x, const int nonpos) {
-    ppl_vf xc = ppl_act_max_keepnan(x, -20.0f);
-    if (!nonpos) xc = ppl_act_min_keepnan(xc, PPL_EXP_HI);
+PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) { return ppl_exp_c(x, 1.0f, 0); }
+
+/* (exp(c x) - 1) / 2 for an x the caller has clamped to c x in [-20, 89] (below -20,
+ * exp(c x) - 1 is -1 to float precision): 2**n e**r - 1 = 2 (s (e**r - 1) + (s - 1/2)) with
+ * s = 2**(n-1), where e**r - 1 = c (u + c u**2 Q(c u)) keeps r's relative precision near
+ * 0, s - 1/2 is exact for n >= -23 and s stays finite up to n = 128 (the doubling, left to
+ * the caller's constants, overflows when the result does). */
+PPL_ACT_INLINE ppl_vf ppl_expm1_half_c(ppl_vf x, const float c) {
     ppl_vf fn, k;
-    const ppl_vf r = ppl_exp_reduce(xc, &fn, &k);
+    const ppl_vf u = ppl_exp_reduce(x, c, &fn, &k);
+    const float q[5] = {PPL_EXP_Q[0] * c, PPL_EXP_Q[1] * c, PPL_EXP_Q[2] * c, PPL_EXP_Q[3] * c,
+                        PPL_EXP_Q[4] * c};
+    const ppl_vf w = (u * u) * ppl_exp_poly_c(u, q, 5, c) + u; /* (e**r - 1) / c */
 #if PPL_ACT_SCALEF
     (void)k;
-    const ppl_vf s = (ppl_vf)_mm512_scalef_ps((__m512)ppl_act_splat(0.5f), (__m512)fn);
+    const ppl_vf sc = (ppl_vf)_mm512_scalef_ps((__m512)ppl_act_splat(0.5f * c), (__m512)fn);
+    const ppl_vf s_half = sc * ppl_act_splat(1.0f / c) - ppl_act_splat(0.5f);
 #else
     (void)fn;
     const ppl_vf s = (ppl_vf)(((ppl_vu)k + 126u) << 23); /* n - 1 in [-30, 127] */
+    const ppl_vf sc = s * ppl_act_splat(c), s_half = s - ppl_act_splat(0.5f);
 #endif
-    const ppl_vf t = s * ((r * r) * ppl_exp_poly(r) + r) + (s - ppl_act_splat(0.5f));
-    const ppl_vf em = t + t;
-#if PPL_ACT_SCALEF
-    return em;
-#else
-    return nonpos ? em : ppl_act_select(x > ppl_act_splat(PPL_EXP_HI),
-                                        ppl_act_splat(__builtin_inff()), em);
-#endif
+    return sc * w + s_half;
 }
 
-PPL_ACT_INLINE ppl_vf ppl_expm1(ppl_vf x) { return ppl_expm1_impl(x, 0); }
+/* (exp(x) - 1) / 2, x clamped here to [-20, 89] (n <= 128; exp(89) - 1 is inf once
+ * doubled); nonpos (a constant): the caller discards lanes with x > 0, so the top is not
+ * checked. */
+PPL_ACT_INLINE ppl_vf ppl_expm1_half(ppl_vf x, const int nonpos) {
+    ppl_vf xc = ppl_act_max_keepnan(x, -20.0f);
+    if (!nonpos) xc = ppl_act_min_keepnan(xc, 89.0f);
+    return ppl_expm1_half_c(xc, 1.0f);
+}
 
-/* AVX-512: 1 / (1 + exp(-x)), no cancellation anywhere (for x << 0 it is 1 / exp(-x), as
- * precise as exp); exp(-x) = inf below -88.7 gives 0, NaN stays NaN.  The generic tiers,
- * where the full exp costs two more selects and a second scaling, keep exp(-|x|) (never
- * overflows) and e / (1 + e) for x < 0 (full relative precision, where 1 - 1 / (1 + exp(x))
- * would cancel). */
+/* 1 / (1 + exp(-x)), no cancellation anywhere (for x << 0 it is 1 / exp(-x), as precise as
+ * exp); exp(-x) = inf below -88.7 gives 0, NaN stays NaN.  The generic tiers, where the
+ * full exp costs two more selects and a second scaling, take exp(-|x|) (never overflows)
+ * and e / (1 + e) for x < 0 (full relative precision, where 1 - 1 / (1 + exp(x)) would
+ * cancel). */
 PPL_ACT_INLINE ppl_vf ppl_sigmoid(ppl_vf x) {
     const ppl_vf one = ppl_act_splat(1.0f);
 #if PPL_ACT_SCALEF
-    return one / (one + ppl_exp(-x));
+    return one / (one + ppl_exp_c(x, -1.0f, 0));
 #else
-    const ppl_vf e = ppl_exp_impl(ppl_act_select(x > ppl_act_splat(0.0f), -x, x), 1);
+    const ppl_vf e = ppl_exp_c(ppl_act_abs(x), -1.0f, 1);
     const ppl_vf r = one / (one + e);
     return ppl_act_select(x >= ppl_act_splat(0.0f), r, e * r);
 #endif
 }
 
-/* tanh(|x|) = -m / (2 + m), m = expm1(-2|x|) in (-1, 0]: relative precision down to 0 (no
- * separate polynomial near 0), |x| capped at 10, where tanh rounds to 1; x's sign after. */
+/* tanh(|x|) = -m / (2 + m) = h / (-1 - h), m = expm1(-2|x|) = 2h in (-1, 0]: relative
+ * precision down to 0 (no separate polynomial near 0), |x| capped at 10, where tanh rounds
+ * to 1; x's sign after. */
 PPL_ACT_INLINE ppl_vf ppl_tanh(ppl_vf x) {
     const ppl_vf a = ppl_act_min_keepnan(ppl_act_abs(x), 10.0f);
-    const ppl_vf m = ppl_expm1_impl(a * ppl_act_splat(-2.0f), 1);
-    return ppl_act_copysign(m / (ppl_act_splat(-2.0f) - m), x);
+    const ppl_vf h = ppl_expm1_half_c(a, -2.0f);
+    return ppl_act_copysign(h / (ppl_act_splat(-1.0f) - h), x);
 }
 
 PPL_ACT_INLINE ppl_vf ppl_hard_swish(ppl_vf x) {
@@ -429,7 +467,7 @@ PPL_ACT_INLINE ppl_vf ppl_log1p_nonneg(ppl_vf u) {
 PPL_ACT_INLINE ppl_vf ppl_softplus(ppl_vf x) {
     /* max(x, 0) + log(1 + exp(-|x|)): no overflow, and exact tails (x for x >> 0). */
     const ppl_vf m = ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(0.0f), x);
-    return m + ppl_log1p_nonneg(ppl_exp_impl(-ppl_act_abs(x), 1));
+    return m + ppl_log1p_nonneg(ppl_exp_c(ppl_act_abs(x), -1.0f, 1));
 }
 
 PPL_ACT_INLINE ppl_vf ppl_softsign(ppl_vf x) {
@@ -441,17 +479,18 @@ PPL_ACT_INLINE ppl_vf ppl_softsign(ppl_vf x) {
 }
 
 PPL_ACT_INLINE ppl_vf ppl_elu(ppl_vf x, float alpha) {
-    return ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(alpha) * ppl_expm1_impl(x, 1), x);
+    return ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(2 * alpha) * ppl_expm1_half(x, 1),
+                          x);
 }
 
 PPL_ACT_INLINE ppl_vf ppl_selu(ppl_vf x, float alpha, float gamma) {
     const ppl_vf r = ppl_act_select(x <= ppl_act_splat(0.0f),
-                                    ppl_act_splat(alpha) * ppl_expm1_impl(x, 1), x);
+                                    ppl_act_splat(2 * alpha) * ppl_expm1_half(x, 1), x);
     return ppl_act_splat(gamma) * r;
 }
 
 PPL_ACT_INLINE ppl_vf ppl_celu(ppl_vf x, float alpha) {
-    const ppl_vf t = ppl_act_splat(alpha) * ppl_expm1(x / ppl_act_splat(alpha));
+    const ppl_vf t = ppl_act_splat(2 * alpha) * ppl_expm1_half(x / ppl_act_splat(alpha), 0);
     return ppl_relu(x) + ppl_act_select(t > ppl_act_splat(0.0f), ppl_act_splat(0.0f), t);
 }
 
@@ -479,8 +518,11 @@ PPL_ACT_INLINE ppl_vf ppl_swish(ppl_vf x, float alpha) {
 #if PPL_ACT_SCALEF
     const ppl_vf one = ppl_act_splat(1.0f);
     if (alpha == 1.0f) {
-        const ppl_vf xl = ppl_act_max_keepnan(x, -PPL_EXP_HI - 1.0f);
-        return xl / (one + ppl_exp(-xl));
+        /* exp's argument may lose a NaN (vrangeps: |xl| <= 104, one instruction for the
+         * two clamps), the numerator keeps it */
+        const ppl_vf xl = ppl_act_max_keepnan(x, -89.7f);
+        const ppl_vf xc = (ppl_vf)_mm512_range_ps((__m512)xl, (__m512)ppl_act_splat(104.0f), 2);
+        return xl / (one + ppl_exp_core(xc, -1.0f, 0));
     }
     const ppl_vf e = ppl_exp(x * ppl_act_splat(-alpha));
     return ppl_act_select(e == ppl_act_splat(__builtin_inff()), ppl_act_splat(0.0f),
@@ -494,7 +536,7 @@ PPL_ACT_INLINE ppl_vf ppl_swish(ppl_vf x, float alpha) {
 PPL_ACT_INLINE ppl_vf ppl_mish(ppl_vf x) {
     /* tanh(log(1 + e)) = n / (n + 2) with n = e * (e + 2), e = exp(x): exact for x << 0
      * (n ~ 2e); n / (n + 2) rounds to 1 above x = 20, where e is capped. */
-    const ppl_vf e = ppl_exp(ppl_act_select(x > ppl_act_splat(20.0f), ppl_act_splat(20.0f), x));
+    const ppl_vf e = ppl_exp(ppl_act_min_keepnan(x, 20.0f));
     const ppl_vf n = e * (e + ppl_act_splat(2.0f));
     const ppl_vf r = x * (n / (n + ppl_act_splat(2.0f)));
     return ppl_act_select(n == ppl_act_splat(0.0f), ppl_act_splat(0.0f), r); /* -inf: 0 */
@@ -510,7 +552,7 @@ PPL_ACT_INLINE ppl_vf ppl_erfc_tail(ppl_vf a) {
                                0.47497254610061646f,   -0.2106054574251175f,
                                -0.003244636347517371f, 0.04146644100546837f,
                                -0.012078411877155304f};
-    return ppl_exp_impl(-(a * a), 1) * ppl_act_poly(ppl_act_splat(1.0f) / a, R, 9);
+    return ppl_exp_c(a * a, -1.0f, 1) * ppl_act_poly(ppl_act_splat(1.0f) / a, R, 9);
 }
 
 /* erf(x) = x * P(x*x) for |x| < 1 (relative error < 2e-7). */
@@ -683,7 +725,7 @@ PPL_ACT_INLINE ppl_vf ppl_atan(ppl_vf x) {
 /* (h / 2) * h +- 1 / (2 h * h), h = exp(|x| / 2): e**|x| / 2 stays finite up to where
  * sinh and cosh themselves overflow (|x| = 89.4), past exp's own limit at 88.7. */
 PPL_ACT_INLINE ppl_vf ppl_act_half_exp_pair(ppl_vf ax, ppl_vf *inv) {
-    const ppl_vf h = ppl_exp(ax * ppl_act_splat(0.5f));
+    const ppl_vf h = ppl_exp_c(ax, 0.5f, 0);
     *inv = ppl_act_splat(0.5f) / (h * h);
     return (ppl_act_splat(0.5f) * h) * h;
 }
