@@ -268,11 +268,24 @@ PPL_ACT_INLINE ppl_vf ppl_exp_poly_c(ppl_vf u, const float *a, const int n, cons
     return p;
 }
 
-/* e**r = 1 + r + r**2 Q(r), r = c u */
+/* (e**r - 1) / c = u + c u**2 Q(c u), r = c u: relative precision near 0 (expm1) */
+PPL_ACT_INLINE ppl_vf ppl_expm1_poly(ppl_vf u, const float c) {
+    const float q[5] = {PPL_EXP_Q[0] * c, PPL_EXP_Q[1] * c, PPL_EXP_Q[2] * c, PPL_EXP_Q[3] * c,
+                        PPL_EXP_Q[4] * c};
+    return (u * u) * ppl_exp_poly_c(u, q, 5, c) + u;
+}
+
+/* e**r = 1 + r + r**2 Q(r), r = c u: with FMA by Horner's scheme to the end (one fma a
+ * term); without, 1 + c (u + c u**2 Q) (the same count of operations, and one rounding
+ * less in the last terms: measured 9.5e-8 -> 8e-8 on SSE). */
 PPL_ACT_INLINE ppl_vf ppl_exp_poly(ppl_vf u, const float c) {
+#ifdef __FMA__
     const float a[7] = {1.0f, 1.0f, PPL_EXP_Q[0], PPL_EXP_Q[1], PPL_EXP_Q[2], PPL_EXP_Q[3],
                         PPL_EXP_Q[4]};
     return ppl_exp_poly_c(u, a, 7, c);
+#else
+    return ppl_act_splat(1.0f) + ppl_act_splat(c) * ppl_expm1_poly(u, c);
+#endif
 }
 
 /* p * 2**n; k from ppl_exp_reduce.  Generic: 2**n from exponent bits (k's bits are
@@ -335,9 +348,7 @@ PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) { return ppl_exp_c(x, 1.0f, 0); }
 PPL_ACT_INLINE ppl_vf ppl_expm1_half_c(ppl_vf x, const float c) {
     ppl_vf fn, k;
     const ppl_vf u = ppl_exp_reduce(x, c, &fn, &k);
-    const float q[5] = {PPL_EXP_Q[0] * c, PPL_EXP_Q[1] * c, PPL_EXP_Q[2] * c, PPL_EXP_Q[3] * c,
-                        PPL_EXP_Q[4] * c};
-    const ppl_vf w = (u * u) * ppl_exp_poly_c(u, q, 5, c) + u; /* (e**r - 1) / c */
+    const ppl_vf w = ppl_expm1_poly(u, c); /* (e**r - 1) / c */
 #if PPL_ACT_SCALEF
     (void)k;
     const ppl_vf sc = (ppl_vf)_mm512_scalef_ps((__m512)ppl_act_splat(0.5f * c), (__m512)fn);
