@@ -13,12 +13,13 @@
  * Conventions, as numpy: a NaN input gives NaN (relu and clip pass it through: comparisons
  * with NaN are false, so every select below keeps x; thresholded_relu and shrink excepted,
  * see there); an infinite input gives f's limit.
- * No libm call: exp is Cephes' expf polynomial (the same as exp_fp32 in _kernel_support.pxi)
- * on whole vectors, and so are log, sin/cos/tan (Cephes' range reduction, accurate for |x|
- * up to 2**23; NaN past it), the inverse and hyperbolic functions; erf is a polynomial
- * fitted for this file.  Accuracy: relative error within a few 1e-7 (about 2 ulp) on each
- * function's domain, absolute near a zero of sin/cos/tan.  sqrt and rounding are the
- * tier's instructions (SSE4.1 is the lowest tier).
+ * No libm call: exp is Cephes' expf reduction with a polynomial fitted for this file (see
+ * ppl_exp_c; on AVX-512 with vrndscaleps / vscalefps), log is Cephes' logf on whole vectors,
+ * and so are sin/cos/tan (Cephes' range reduction, accurate for |x| up to 2**23; NaN past
+ * it), the inverse and hyperbolic functions; erf is a polynomial fitted for this file.
+ * Accuracy: relative error within a few 1e-7 (about 2 ulp) on each function's domain,
+ * absolute near a zero of sin/cos/tan.  sqrt and rounding are the tier's instructions
+ * (SSE4.1 is the lowest tier).
  *
  * Most activations map 0 to a finite value, so an N16CX tensor can be processed as one flat
  * buffer: its zero padding lanes stay finite (they do not stay 0; consumers ignore them).
@@ -207,7 +208,7 @@ PPL_ACT_INLINE ppl_vf ppl_clip(ppl_vf x, float lo, float hi) {
  *
  * c x = n*ln2 + r with |r| <= ln2/2, exp(c x) = 2**n * e**r.  The helpers below serve exp,
  * expm1 (ELU's family, tanh) and sigmoid/swish, with c a constant power of two or its
- * negative (1, -1, -2) that they fold into their constants, so that no caller pays for the
+ * negative (1, -1, -2, 1/2) that they fold into their constants, so that no caller pays for the
  * product c x:
  *   ppl_exp_reduce   n (a float) and u = r / c, from an x already clamped to where n*ln2
  *                    is exact and the reduction finite
@@ -336,7 +337,9 @@ PPL_ACT_INLINE ppl_vf ppl_exp_c(ppl_vf x, const float c, const int nonpos) {
 }
 
 /* exp(x); nonpos as for ppl_exp_c */
-PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) { return ppl_exp_c(x, 1.0f, nonpos); }
+PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) {
+    return ppl_exp_c(x, 1.0f, nonpos);
+}
 
 PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) { return ppl_exp_c(x, 1.0f, 0); }
 
