@@ -13,12 +13,13 @@
  * Conventions, as numpy: a NaN input gives NaN (relu and clip pass it through: comparisons
  * with NaN are false, so every select below keeps x; thresholded_relu and shrink excepted,
  * see there); an infinite input gives f's limit.
- * No libm call: exp is Cephes' expf polynomial (the same as exp_fp32 in _kernel_support.pxi)
- * on whole vectors, and so are log, sin/cos/tan (Cephes' range reduction, accurate for |x|
- * up to 2**23; NaN past it), the inverse and hyperbolic functions; erf is a polynomial
- * fitted for this file.  Accuracy: relative error within a few 1e-7 (about 2 ulp) on each
- * function's domain, absolute near a zero of sin/cos/tan.  sqrt and rounding are the
- * tier's instructions (SSE4.1 is the lowest tier).
+ * No libm call: exp is Cephes' expf reduction with a polynomial fitted for this file (see
+ * ppl_exp_c; on AVX-512 with vrndscaleps / vscalefps), log is Cephes' logf on whole vectors,
+ * and so are sin/cos/tan (Cephes' range reduction, accurate for |x| up to 2**23; NaN past
+ * it), the inverse and hyperbolic functions; erf is a polynomial fitted for this file.
+ * Accuracy: relative error within a few 1e-7 (about 2 ulp) on each function's domain,
+ * absolute near a zero of sin/cos/tan.  sqrt and rounding are the tier's instructions
+ * (SSE4.1 is the lowest tier).
  *
  * Most activations map 0 to a finite value, so an N16CX tensor can be processed as one flat
  * buffer: its zero padding lanes stay finite (they do not stay 0; consumers ignore them).
@@ -114,6 +115,24 @@ PPL_ACT_INLINE ppl_vf ppl_act_select(ppl_vi mask, ppl_vf a, ppl_vf b) {
     return (ppl_vf)(((ppl_vi)a & mask) | ((ppl_vi)b & ~mask));
 }
 
+/* max(x, lo) and min(x, hi) with NaN x kept (x < lo and x > hi are false for it): one
+ * vmaxps / vminps on AVX-512, whose second operand is what an unordered compare returns
+ * (gcc lowers the select below to a compare and two masked xors there). */
+PPL_ACT_INLINE ppl_vf ppl_act_max_keepnan(ppl_vf x, float lo) {
+#if PPL_VLEN == 16 && defined(__AVX512F__)
+    return (ppl_vf)_mm512_max_ps((__m512)ppl_act_splat(lo), (__m512)x);
+#else
+    return ppl_act_select(x < ppl_act_splat(lo), ppl_act_splat(lo), x);
+#endif
+}
+PPL_ACT_INLINE ppl_vf ppl_act_min_keepnan(ppl_vf x, float hi) {
+#if PPL_VLEN == 16 && defined(__AVX512F__)
+    return (ppl_vf)_mm512_min_ps((__m512)ppl_act_splat(hi), (__m512)x);
+#else
+    return ppl_act_select(x > ppl_act_splat(hi), ppl_act_splat(hi), x);
+#endif
+}
+
 PPL_ACT_INLINE ppl_vf ppl_act_load(const float *p) {
     ppl_vf v;
     __builtin_memcpy(&v, p, sizeof v); /* unaligned */
@@ -150,97 +169,7 @@ PPL_ACT_INLINE void ppl_act_store_partial(float *p, ppl_vf v, ptrdiff_t n) {
 #endif
 }
 
-/* ---- The activations ---------------------------------------------------------------- */
-
-PPL_ACT_INLINE ppl_vf ppl_relu(ppl_vf x) {
-    /* "0 if x < 0" rather than "x if x > 0": NaN passes through, as in numpy.maximum. */
-    return ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(0.0f), x);
-}
-
-PPL_ACT_INLINE ppl_vf ppl_leaky_relu(ppl_vf x, float alpha) {
-    return ppl_act_select(x >= ppl_act_splat(0.0f), x, x * ppl_act_splat(alpha));
-}
-
-PPL_ACT_INLINE ppl_vf ppl_clip(ppl_vf x, float lo, float hi) {
-    /* NaN x passes through, as in numpy.clip.  NaN bounds are the caller's business (the
-     * Clip kernel follows onnx.reference: any NaN bound gives NaN everywhere). */
-    x = ppl_act_select(x < ppl_act_splat(lo), ppl_act_splat(lo), x);
-    return ppl_act_select(x > ppl_act_splat(hi), ppl_act_splat(hi), x);
-}
-
-/* exp(x), relative error < 2e-7 on [-87.33, 88.72]; 0 below, inf above, NaN for NaN.
- * nonpos (a constant) promises x <= 0 or NaN, which saves the checks against the top. */
-PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) {
-    const ppl_vf lo = ppl_act_splat(-87.336544f), hi = ppl_act_splat(88.72283935546875f);
-    const ppl_vf one = ppl_act_splat(1.0f);
-    /* Clamp so that 2**n below stays a normal float (n in [-126, 127]). */
-    ppl_vf xc = ppl_act_select(x < lo, lo, x);
-    if (!nonpos) xc = ppl_act_select(xc > hi, hi, xc);
-    /* n = round(x * log2(e)) by the 1.5 * 2**23 trick: adding it rounds to an integer and
-     * leaves n in the low mantissa bits (Cephes floors x * log2(e) + 1/2; either keeps
-     * |r| <= ln2/2, and this costs two adds instead of a floor and a conversion). */
-    const ppl_vf magic = ppl_act_splat(12582912.0f);
-    const ppl_vf k = xc * ppl_act_splat(1.44269504088896341f) + magic;
-    const ppl_vf fn = k - magic;
-    /* x = n*ln2 + r with |r| <= ln2/2; ln2 is split in two so that n*ln2_hi is exact. */
-    const ppl_vf r = xc - fn * ppl_act_splat(0.693359375f) - fn * ppl_act_splat(-2.12194440e-4f);
-    ppl_vf p = ppl_act_splat(1.9875691500e-4f);
-    p = p * r + ppl_act_splat(1.3981999507e-3f);
-    p = p * r + ppl_act_splat(8.3334519073e-3f);
-    p = p * r + ppl_act_splat(4.1665795894e-2f);
-    p = p * r + ppl_act_splat(1.6666665459e-1f);
-    p = p * r + ppl_act_splat(5.0000001201e-1f);
-    p = p * r * r + r + one;
-    /* 2**n from its exponent bits: k's bits are 0x4b400000 + n, whose high bits the shift
-     * drops (unsigned: the garbage n of a NaN shifts without UB).  Above, n may be 128
-     * (x up to log(FLT_MAX)): two exact factors 2**(n/2) and 2**(n - n/2). */
-    if (nonpos) {
-        p *= (ppl_vf)(((ppl_vu)k + 127u) << 23);
-    } else {
-        const ppl_vi n = (ppl_vi)k - 0x4b400000;
-        const ppl_vi n1 = n >> 1;
-        p *= (ppl_vf)((ppl_vu)(n1 + 127) << 23);
-        p *= (ppl_vf)((ppl_vu)(n - n1 + 127) << 23);
-    }
-    p = ppl_act_select(x < lo, ppl_act_splat(0.0f), p);
-    return nonpos ? p : ppl_act_select(x > hi, ppl_act_splat(__builtin_inff()), p);
-}
-
-PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) { return ppl_exp_impl(x, 0); }
-
-PPL_ACT_INLINE ppl_vf ppl_sigmoid(ppl_vf x) {
-    const ppl_vf one = ppl_act_splat(1.0f);
-    /* exp(-|x|) never overflows, and e / (1 + e) keeps full relative precision for x << 0,
-     * where 1 - 1 / (1 + exp(x)) would cancel. */
-    const ppl_vf e = ppl_exp_impl(ppl_act_select(x > ppl_act_splat(0.0f), -x, x), 1);
-    const ppl_vf r = one / (one + e);
-    return ppl_act_select(x >= ppl_act_splat(0.0f), r, e * r);
-}
-
-PPL_ACT_INLINE ppl_vf ppl_tanh(ppl_vf x) {
-    /* Cephes' tanhf: an odd polynomial for |x| < 0.625, where 1 - 2 / (exp(2|x|) + 1) would
-     * cancel; that formula (with x's sign) above.  Both are computed, one is kept. */
-    const ppl_vf one = ppl_act_splat(1.0f), two = ppl_act_splat(2.0f);
-    const ppl_vi neg = x < ppl_act_splat(0.0f);
-    const ppl_vf ax = ppl_act_select(neg, -x, x);
-    ppl_vf big = one - two / (ppl_exp(ax + ax) + one); /* exp may be inf: big = 1 */
-    big = ppl_act_select(neg, -big, big);
-    const ppl_vf z = x * x;
-    ppl_vf p = ppl_act_splat(-5.70498872745e-3f);
-    p = p * z + ppl_act_splat(2.06390887954e-2f);
-    p = p * z + ppl_act_splat(-5.37397155531e-2f);
-    p = p * z + ppl_act_splat(1.33314422036e-1f);
-    p = p * z + ppl_act_splat(-3.33332819422e-1f);
-    const ppl_vf small = p * z * x + x;
-    return ppl_act_select(ax >= ppl_act_splat(0.625f), big, small);
-}
-
-PPL_ACT_INLINE ppl_vf ppl_hard_swish(ppl_vf x) {
-    const ppl_vf g = x * ppl_act_splat(1.0f / 6.0f) + ppl_act_splat(0.5f);
-    return x * ppl_clip(g, 0.0f, 1.0f);
-}
-
-/* ---- Helpers of the math functions below ---------------------------------------------- */
+/* ---- Helpers ---------------------------------------------------------------------- */
 
 PPL_ACT_INLINE ppl_vf ppl_act_abs(ppl_vf x) { return (ppl_vf)((ppl_vu)x & 0x7fffffffu); }
 
@@ -254,6 +183,224 @@ PPL_ACT_INLINE ppl_vf ppl_act_poly(ppl_vf t, const float *p, const int n) {
     ppl_vf r = ppl_act_splat(p[n - 1]);
     for (int i = n - 2; i >= 0; i--) r = r * t + ppl_act_splat(p[i]);
     return r;
+}
+
+/* ---- The activations ---------------------------------------------------------------- */
+
+PPL_ACT_INLINE ppl_vf ppl_relu(ppl_vf x) {
+    /* "0 if x < 0" rather than "x if x > 0": NaN passes through, as in numpy.maximum. */
+    return ppl_act_max_keepnan(x, 0.0f);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_leaky_relu(ppl_vf x, float alpha) {
+    return ppl_act_select(x >= ppl_act_splat(0.0f), x, x * ppl_act_splat(alpha));
+}
+
+PPL_ACT_INLINE ppl_vf ppl_clip(ppl_vf x, float lo, float hi) {
+    /* NaN x passes through, as in numpy.clip.  NaN bounds are the caller's business (the
+     * Clip kernel follows onnx.reference: any NaN bound gives NaN everywhere). */
+    return ppl_act_min_keepnan(ppl_act_max_keepnan(x, lo), hi);
+}
+
+/* exp(x), relative error < 2e-7 on [-87.33, 88.72] (measured: below 1e-7 on every tier);
+ * inf above; NaN for NaN.  Below: 0 on the generic tiers; on AVX-512 the subnormal (one
+ * rounding of a result accurate to 1e-7) down to -103.97, 0 past it.
+ *
+ * c x = n*ln2 + r with |r| <= ln2/2, exp(c x) = 2**n * e**r.  The helpers below serve exp,
+ * expm1 (ELU's family, tanh) and sigmoid/swish, with c a constant power of two or its
+ * negative (1, -1, -2, 1/2) that they fold into their constants, so that no caller pays for the
+ * product c x:
+ *   ppl_exp_reduce   n (a float) and u = r / c, from an x already clamped to where n*ln2
+ *                    is exact and the reduction finite
+ *   ppl_exp_poly     e**r = 1 + r + r**2 Q(r) by Horner's scheme in u (the coefficients
+ *                    times powers of c: exact).  Q of degree 4 fitted here (minimax on
+ *                    e**r's relative error, float32 coefficients): truncation < 5e-9, one
+ *                    Horner step less than Cephes' expf
+ *   ppl_exp_scale    p * 2**n: AVX-512's vscalefps, which is exact down to the subnormals
+ *                    and gives inf past the top by itself; elsewhere from exponent bits. */
+#if PPL_VLEN == 16 && defined(__AVX512F__) && defined(__AVX512DQ__)
+#define PPL_ACT_SCALEF 1
+#else
+#define PPL_ACT_SCALEF 0
+#endif
+
+/* The clamps of c x: exp(-104) already rounds to 0 (below half the least subnormal) and
+ * exp(89) to inf, so clamping |c x| to 104 changes no result and keeps n*ln2 exact and the
+ * reduction finite for +-inf and huge |x|.  The generic scaling needs a normal 2**n, hence
+ * its own, narrower bounds, and the selects of ppl_exp_c for the results past them. */
+#if PPL_ACT_SCALEF
+#define PPL_EXP_LO (-104.0f)
+#define PPL_EXP_HI 104.0f
+#else
+#define PPL_EXP_LO (-87.336544f)
+#define PPL_EXP_HI 88.72283935546875f
+#endif
+
+/* n = round(c x log2(e)) and u = x - n ln2 / c (ln2 in two parts, n ln2_hi / c exact), so
+ * that r = c u.  *k gets the bits of n + 1.5 * 2**23 for the generic scaling (n in its low
+ * mantissa bits). */
+PPL_ACT_INLINE ppl_vf ppl_exp_reduce(ppl_vf x, const float c, ppl_vf *fn, ppl_vf *k) {
+    const ppl_vf t = x * ppl_act_splat(c * 1.44269504088896341f);
+#if PPL_ACT_SCALEF
+    *fn = (ppl_vf)_mm512_roundscale_ps((__m512)t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    *k = *fn;
+#else
+    /* the 1.5 * 2**23 trick: adding it rounds to an integer (two adds, no conversion) */
+    const ppl_vf magic = ppl_act_splat(12582912.0f);
+    *k = t + magic;
+    *fn = *k - magic;
+#endif
+    return x - *fn * ppl_act_splat(0.693359375f / c) - *fn * ppl_act_splat(-2.12194440e-4f / c);
+}
+
+static const float PPL_EXP_Q[5] = {0.4999999403953552f, 0.16666516661643982f,
+                                   0.041668426245450974f, 0.008369123563170433f,
+                                   0.0013813755940645933f};
+
+/* sum_j a[j] (c u)**j for j < n, Horner's scheme in u (c a constant: folded). */
+PPL_ACT_INLINE ppl_vf ppl_exp_poly_c(ppl_vf u, const float *a, const int n, const float c) {
+    float cj = 1.0f;
+    for (int j = 0; j < n - 1; j++) cj *= c;
+    ppl_vf p = ppl_act_splat(a[n - 1] * cj);
+    for (int j = n - 2; j >= 0; j--) {
+        cj /= c;
+        p = p * u + ppl_act_splat(a[j] * cj);
+    }
+    return p;
+}
+
+/* (e**r - 1) / c = u + c u**2 Q(c u), r = c u: relative precision near 0 (expm1) */
+PPL_ACT_INLINE ppl_vf ppl_expm1_poly(ppl_vf u, const float c) {
+    const float q[5] = {PPL_EXP_Q[0] * c, PPL_EXP_Q[1] * c, PPL_EXP_Q[2] * c, PPL_EXP_Q[3] * c,
+                        PPL_EXP_Q[4] * c};
+    return (u * u) * ppl_exp_poly_c(u, q, 5, c) + u;
+}
+
+/* e**r = 1 + r + r**2 Q(r), r = c u: with FMA by Horner's scheme to the end (one fma a
+ * term); without, 1 + c (u + c u**2 Q) (the same count of operations, and one rounding
+ * less in the last terms: measured 9.5e-8 -> 8e-8 on SSE). */
+PPL_ACT_INLINE ppl_vf ppl_exp_poly(ppl_vf u, const float c) {
+#ifdef __FMA__
+    const float a[7] = {1.0f, 1.0f, PPL_EXP_Q[0], PPL_EXP_Q[1], PPL_EXP_Q[2], PPL_EXP_Q[3],
+                        PPL_EXP_Q[4]};
+    return ppl_exp_poly_c(u, a, 7, c);
+#else
+    return ppl_act_splat(1.0f) + ppl_act_splat(c) * ppl_expm1_poly(u, c);
+#endif
+}
+
+/* p * 2**n; k from ppl_exp_reduce.  Generic: 2**n from exponent bits (k's bits are
+ * 0x4b400000 + n, whose high bits the shift drops; unsigned, so the garbage n of a NaN
+ * shifts without UB); n must be in [-126, 127], or [-126, 128] with two_factors (exp's top,
+ * x up to log(FLT_MAX): 2**(n/2) * 2**(n - n/2)). */
+PPL_ACT_INLINE ppl_vf ppl_exp_scale(ppl_vf p, ppl_vf fn, ppl_vf k, const int two_factors) {
+#if PPL_ACT_SCALEF
+    (void)k;
+    (void)two_factors;
+    return (ppl_vf)_mm512_scalef_ps((__m512)p, (__m512)fn);
+#else
+    (void)fn;
+    if (!two_factors) return p * (ppl_vf)(((ppl_vu)k + 127u) << 23);
+    const ppl_vi n = (ppl_vi)k - 0x4b400000;
+    const ppl_vi n1 = n >> 1;
+    p *= (ppl_vf)((ppl_vu)(n1 + 127) << 23);
+    return p * (ppl_vf)((ppl_vu)(n - n1 + 127) << 23);
+#endif
+}
+
+/* exp(c x) for x clamped to c x in [LO, HI] */
+PPL_ACT_INLINE ppl_vf ppl_exp_core(ppl_vf xc, const float c, const int nonpos) {
+    ppl_vf fn, k;
+    const ppl_vf u = ppl_exp_reduce(xc, c, &fn, &k);
+    return ppl_exp_scale(ppl_exp_poly(u, c), fn, k, !nonpos);
+}
+
+/* exp(c x).  nonpos (a constant) promises c x <= 0 or NaN, which saves the checks against
+ * the top.  The clamps keep NaN (vrangeps, one instruction for both, would not). */
+PPL_ACT_INLINE ppl_vf ppl_exp_c(ppl_vf x, const float c, const int nonpos) {
+    /* x's bounds: c x >= LO, c x <= HI */
+    const float lo = c > 0 ? PPL_EXP_LO / c : PPL_EXP_HI / c;
+    const float hi = c > 0 ? PPL_EXP_HI / c : PPL_EXP_LO / c;
+    ppl_vf xc = x;
+    if (c > 0 || !nonpos) xc = ppl_act_max_keepnan(xc, lo);
+    if (c < 0 || !nonpos) xc = ppl_act_min_keepnan(xc, hi);
+    const ppl_vf p = ppl_exp_core(xc, c, nonpos);
+#if PPL_ACT_SCALEF
+    return p;
+#else
+    const ppl_vf zero = ppl_act_splat(0.0f), inf = ppl_act_splat(__builtin_inff());
+    const ppl_vi under = c > 0 ? x < ppl_act_splat(lo) : x > ppl_act_splat(hi);
+    const ppl_vi over = c > 0 ? x > ppl_act_splat(hi) : x < ppl_act_splat(lo);
+    const ppl_vf z = ppl_act_select(under, zero, p);
+    return nonpos ? z : ppl_act_select(over, inf, z);
+#endif
+}
+
+/* exp(x); nonpos as for ppl_exp_c */
+PPL_ACT_INLINE ppl_vf ppl_exp_impl(ppl_vf x, const int nonpos) {
+    return ppl_exp_c(x, 1.0f, nonpos);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_exp(ppl_vf x) { return ppl_exp_c(x, 1.0f, 0); }
+
+/* (exp(c x) - 1) / 2 for an x the caller has clamped to c x in [-20, 89] (below -20,
+ * exp(c x) - 1 is -1 to float precision): 2**n e**r - 1 = 2 (s (e**r - 1) + (s - 1/2)) with
+ * s = 2**(n-1), where e**r - 1 = c (u + c u**2 Q(c u)) keeps r's relative precision near
+ * 0, s - 1/2 is exact for n >= -23 and s stays finite up to n = 128 (the doubling, left to
+ * the caller's constants, overflows when the result does). */
+PPL_ACT_INLINE ppl_vf ppl_expm1_half_c(ppl_vf x, const float c) {
+    ppl_vf fn, k;
+    const ppl_vf u = ppl_exp_reduce(x, c, &fn, &k);
+    const ppl_vf w = ppl_expm1_poly(u, c); /* (e**r - 1) / c */
+#if PPL_ACT_SCALEF
+    (void)k;
+    const ppl_vf sc = (ppl_vf)_mm512_scalef_ps((__m512)ppl_act_splat(0.5f * c), (__m512)fn);
+    const ppl_vf s_half = sc * ppl_act_splat(1.0f / c) - ppl_act_splat(0.5f);
+#else
+    (void)fn;
+    const ppl_vf s = (ppl_vf)(((ppl_vu)k + 126u) << 23); /* n - 1 in [-30, 127] */
+    const ppl_vf sc = s * ppl_act_splat(c), s_half = s - ppl_act_splat(0.5f);
+#endif
+    return sc * w + s_half;
+}
+
+/* (exp(x) - 1) / 2, x clamped here to [-20, 89] (n <= 128; exp(89) - 1 is inf once
+ * doubled); nonpos (a constant): the caller discards lanes with x > 0, so the top is not
+ * checked. */
+PPL_ACT_INLINE ppl_vf ppl_expm1_half(ppl_vf x, const int nonpos) {
+    ppl_vf xc = ppl_act_max_keepnan(x, -20.0f);
+    if (!nonpos) xc = ppl_act_min_keepnan(xc, 89.0f);
+    return ppl_expm1_half_c(xc, 1.0f);
+}
+
+/* 1 / (1 + exp(-x)), no cancellation anywhere (for x << 0 it is 1 / exp(-x), as precise as
+ * exp); exp(-x) = inf below -88.7 gives 0, NaN stays NaN.  The generic tiers, where the
+ * full exp costs two more selects and a second scaling, take exp(-|x|) (never overflows)
+ * and e / (1 + e) for x < 0 (full relative precision, where 1 - 1 / (1 + exp(x)) would
+ * cancel). */
+PPL_ACT_INLINE ppl_vf ppl_sigmoid(ppl_vf x) {
+    const ppl_vf one = ppl_act_splat(1.0f);
+#if PPL_ACT_SCALEF
+    return one / (one + ppl_exp_c(x, -1.0f, 0));
+#else
+    const ppl_vf e = ppl_exp_c(ppl_act_abs(x), -1.0f, 1);
+    const ppl_vf r = one / (one + e);
+    return ppl_act_select(x >= ppl_act_splat(0.0f), r, e * r);
+#endif
+}
+
+/* tanh(|x|) = -m / (2 + m) = h / (-1 - h), m = expm1(-2|x|) = 2h in (-1, 0]: relative
+ * precision down to 0 (no separate polynomial near 0), |x| capped at 10, where tanh rounds
+ * to 1; x's sign after. */
+PPL_ACT_INLINE ppl_vf ppl_tanh(ppl_vf x) {
+    const ppl_vf a = ppl_act_min_keepnan(ppl_act_abs(x), 10.0f);
+    const ppl_vf h = ppl_expm1_half_c(a, -2.0f);
+    return ppl_act_copysign(h / (ppl_act_splat(-1.0f) - h), x);
+}
+
+PPL_ACT_INLINE ppl_vf ppl_hard_swish(ppl_vf x) {
+    const ppl_vf g = x * ppl_act_splat(1.0f / 6.0f) + ppl_act_splat(0.5f);
+    return x * ppl_clip(g, 0.0f, 1.0f);
 }
 
 /* sqrt and rounding have an instruction on every tier (SSE4.1 is the floor). */
@@ -331,20 +478,10 @@ PPL_ACT_INLINE ppl_vf ppl_log1p_nonneg(ppl_vf u) {
     return ppl_act_select(d == ppl_act_splat(0.0f), u, r2);
 }
 
-/* exp(x) - 1 without the cancellation of exp(x) - 1 near 0: the Taylor polynomial to x**9
- * for |x| < 1/2 (truncation < 3e-10 relative), exp(x) - 1 beyond. */
-PPL_ACT_INLINE ppl_vf ppl_expm1(ppl_vf x) {
-    static const float T[8] = {1.0f / 2,      1.0f / 6,       1.0f / 24,     1.0f / 120,
-                               1.0f / 720,    1.0f / 5040,    1.0f / 40320,  1.0f / 362880};
-    const ppl_vf small = ppl_act_poly(x, T, 8) * x * x + x;
-    const ppl_vf big = ppl_exp(x) - ppl_act_splat(1.0f);
-    return ppl_act_select(ppl_act_abs(x) < ppl_act_splat(0.5f), small, big);
-}
-
 PPL_ACT_INLINE ppl_vf ppl_softplus(ppl_vf x) {
     /* max(x, 0) + log(1 + exp(-|x|)): no overflow, and exact tails (x for x >> 0). */
     const ppl_vf m = ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(0.0f), x);
-    return m + ppl_log1p_nonneg(ppl_exp_impl(-ppl_act_abs(x), 1));
+    return m + ppl_log1p_nonneg(ppl_exp_c(ppl_act_abs(x), -1.0f, 1));
 }
 
 PPL_ACT_INLINE ppl_vf ppl_softsign(ppl_vf x) {
@@ -356,17 +493,18 @@ PPL_ACT_INLINE ppl_vf ppl_softsign(ppl_vf x) {
 }
 
 PPL_ACT_INLINE ppl_vf ppl_elu(ppl_vf x, float alpha) {
-    return ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(alpha) * ppl_expm1(x), x);
+    return ppl_act_select(x < ppl_act_splat(0.0f), ppl_act_splat(2 * alpha) * ppl_expm1_half(x, 1),
+                          x);
 }
 
 PPL_ACT_INLINE ppl_vf ppl_selu(ppl_vf x, float alpha, float gamma) {
     const ppl_vf r = ppl_act_select(x <= ppl_act_splat(0.0f),
-                                    ppl_act_splat(alpha) * ppl_expm1(x), x);
+                                    ppl_act_splat(2 * alpha) * ppl_expm1_half(x, 1), x);
     return ppl_act_splat(gamma) * r;
 }
 
 PPL_ACT_INLINE ppl_vf ppl_celu(ppl_vf x, float alpha) {
-    const ppl_vf t = ppl_act_splat(alpha) * ppl_expm1(x / ppl_act_splat(alpha));
+    const ppl_vf t = ppl_act_splat(2 * alpha) * ppl_expm1_half(x / ppl_act_splat(alpha), 0);
     return ppl_relu(x) + ppl_act_select(t > ppl_act_splat(0.0f), ppl_act_splat(0.0f), t);
 }
 
@@ -386,17 +524,33 @@ PPL_ACT_INLINE ppl_vf ppl_shrink(ppl_vf x, float bias, float lambd) {
     return ppl_act_select(x < ppl_act_splat(-lambd), x + ppl_act_splat(bias), r);
 }
 
-/* Swish (SiLU when alpha = 1): x * sigmoid(alpha * x); 0 at x = -inf, as sigmoid is 0 there
- * and 0 * -inf would be NaN. */
+/* Swish (SiLU when alpha = 1): x * sigmoid(alpha * x); 0 at x = -inf (alpha > 0), where
+ * 0 * -inf would be NaN.  AVX-512: x / (1 + exp(-alpha * x)), one division, 0 where exp is
+ * inf; alpha = 1 (a branch the loops hoist) needs no product, and clamping x at -89.7, where
+ * exp(-x) is already inf, replaces that check. */
 PPL_ACT_INLINE ppl_vf ppl_swish(ppl_vf x, float alpha) {
+#if PPL_ACT_SCALEF
+    const ppl_vf one = ppl_act_splat(1.0f);
+    if (alpha == 1.0f) {
+        /* exp's argument may lose a NaN (vrangeps: |xl| <= 104, one instruction for the
+         * two clamps), the numerator keeps it */
+        const ppl_vf xl = ppl_act_max_keepnan(x, -89.7f);
+        const ppl_vf xc = (ppl_vf)_mm512_range_ps((__m512)xl, (__m512)ppl_act_splat(104.0f), 2);
+        return xl / (one + ppl_exp_core(xc, -1.0f, 0));
+    }
+    const ppl_vf e = ppl_exp(x * ppl_act_splat(-alpha));
+    return ppl_act_select(e == ppl_act_splat(__builtin_inff()), ppl_act_splat(0.0f),
+                          x / (one + e));
+#else
     const ppl_vf s = ppl_sigmoid(x * ppl_act_splat(alpha));
     return ppl_act_select(s == ppl_act_splat(0.0f), ppl_act_splat(0.0f), x * s);
+#endif
 }
 
 PPL_ACT_INLINE ppl_vf ppl_mish(ppl_vf x) {
     /* tanh(log(1 + e)) = n / (n + 2) with n = e * (e + 2), e = exp(x): exact for x << 0
      * (n ~ 2e); n / (n + 2) rounds to 1 above x = 20, where e is capped. */
-    const ppl_vf e = ppl_exp(ppl_act_select(x > ppl_act_splat(20.0f), ppl_act_splat(20.0f), x));
+    const ppl_vf e = ppl_exp(ppl_act_min_keepnan(x, 20.0f));
     const ppl_vf n = e * (e + ppl_act_splat(2.0f));
     const ppl_vf r = x * (n / (n + ppl_act_splat(2.0f)));
     return ppl_act_select(n == ppl_act_splat(0.0f), ppl_act_splat(0.0f), r); /* -inf: 0 */
@@ -412,7 +566,7 @@ PPL_ACT_INLINE ppl_vf ppl_erfc_tail(ppl_vf a) {
                                0.47497254610061646f,   -0.2106054574251175f,
                                -0.003244636347517371f, 0.04146644100546837f,
                                -0.012078411877155304f};
-    return ppl_exp_impl(-(a * a), 1) * ppl_act_poly(ppl_act_splat(1.0f) / a, R, 9);
+    return ppl_exp_c(a * a, -1.0f, 1) * ppl_act_poly(ppl_act_splat(1.0f) / a, R, 9);
 }
 
 /* erf(x) = x * P(x*x) for |x| < 1 (relative error < 2e-7). */
@@ -448,8 +602,10 @@ PPL_ACT_INLINE ppl_vf ppl_gelu(ppl_vf x, float approximate) {
         const ppl_vf z = x * ppl_act_splat(0.7071067811865476f);
         const ppl_vf az = ppl_act_abs(z);
         const ppl_vf mid = ppl_act_splat(0.5f) + ppl_act_splat(0.5f) * ppl_erf_small(z);
-        ppl_vf a = ppl_act_select(az > ppl_act_splat(10.0f), ppl_act_splat(10.0f), az);
-        a = ppl_act_select(a < ppl_act_splat(1.0f), ppl_act_splat(1.0f), a);
+        /* capped at 10.5, where exp(-a*a) is 0 on every tier (not a subnormal), so that
+         * Phi = 0 and the select below turns x = -inf or -1e30 into 0 */
+        ppl_vf a = ppl_act_min_keepnan(az, 10.5f);
+        a = ppl_act_max_keepnan(a, 1.0f);
         const ppl_vf tail = ppl_act_splat(0.5f) * ppl_erfc_tail(a);
         phi = ppl_act_select(az < ppl_act_splat(1.0f), mid,
                              ppl_act_select(z < ppl_act_splat(0.0f), tail,
@@ -583,7 +739,7 @@ PPL_ACT_INLINE ppl_vf ppl_atan(ppl_vf x) {
 /* (h / 2) * h +- 1 / (2 h * h), h = exp(|x| / 2): e**|x| / 2 stays finite up to where
  * sinh and cosh themselves overflow (|x| = 89.4), past exp's own limit at 88.7. */
 PPL_ACT_INLINE ppl_vf ppl_act_half_exp_pair(ppl_vf ax, ppl_vf *inv) {
-    const ppl_vf h = ppl_exp(ax * ppl_act_splat(0.5f));
+    const ppl_vf h = ppl_exp_c(ax, 0.5f, 0);
     *inv = ppl_act_splat(0.5f) / (h * h);
     return (ppl_act_splat(0.5f) * h) * h;
 }
