@@ -346,7 +346,10 @@ PPL_INLINE void ppl_brgemm_row1(ptrdiff_t nbatch, const float **a, const float *
 /* A tile whose valid columns fit half a panel (n_valid <= PPL_NB / 2: a last panel of 16
  * output channels on AVX-512) would spend half of its FMAs on zero columns.  This one is
  * PPL_MR2 = 2 * PPL_MR rows by PPL_NVH = PPL_NV / 2 vectors: as many accumulators, none
- * wasted.  Its two halves go through the common epilogue as PPL_MR-row tiles. */
+ * wasted.  Its two halves go through the common epilogue as PPL_MR-row tiles.  Its K loop
+ * is a copy of ppl_tile_accumulate's with PPL_NVH vectors: one macro for both was measured to
+ * change gcc's register allocation of this tile (75 more stack accesses in the narrow kernel),
+ * so the two copies stay written out. */
 #define PPL_NVH (PPL_NV / 2)
 #define PPL_MR2 (2 * PPL_MR)
 
