@@ -43,7 +43,7 @@ __all__ = [
 
 
 def load(path, num_threads=None, max_isa=None, in_shapes=None, passes=None, fusion=True,
-         plan_cache_size=8, cast_to_float32=False, mm_policy="mem"):
+         plan_cache_size=8, cast_to_float32=False, mm_policy="mem", bind_threads=True):
     """Parse, optimise and build the ONNX model at ``path``; return a ready Runtime.
 
     ``num_threads`` is the runtime's thread team (default: the machine's physical cores);
@@ -56,11 +56,14 @@ def load(path, num_threads=None, max_isa=None, in_shapes=None, passes=None, fusi
     ``cast_to_float32=True`` casts float64 / float16 inputs and weights to float32 at load
     (without it math on them is an UnsupportedOpError: pplpy computes in float32 and never
     casts silently); ``mm_policy`` is "mem" (values share one arena by lifetime) or "perf"
-    (every value its own memory).
+    (every value its own memory); ``bind_threads`` (default True) keeps each worker thread of
+    the team on one CPU, so a worker is never queued behind the calling thread (the calling
+    thread itself stays free); pass False where several processes or runtimes share the
+    cores at once.
     ``path`` may also be the model's bytes.  Raises only PplError subclasses.
     """
     engine = X86Engine(max_isa=max_isa, num_threads=num_threads, fusion=fusion,
-                       mm_policy=mm_policy)
+                       mm_policy=mm_policy, bind_threads=bind_threads)
     builder = RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
                                        passes=passes, plan_cache_size=plan_cache_size,
                                        cast_to_float32=cast_to_float32)

@@ -39,7 +39,9 @@ class Predictor:
     def __init__(self, model, num_threads=1):
         if isinstance(model, ray.ObjectRef):  # the driver's one copy in the object store
             model = ray.get(model)
-        self.rt = pplpy.load(model, num_threads=num_threads)
+        # Actors are separate processes that do not know each other's CPUs: bound, every
+        # actor's workers would take the same CPUs of the node.
+        self.rt = pplpy.load(model, num_threads=num_threads, bind_threads=False)
         self.input = sample_spec(self.rt)
         self.outputs = [t.name for t in self.rt.outputs]
         lead = self.rt.inputs[0].dims[0]

@@ -24,6 +24,13 @@
  * between runs, then sleeps on a futex (Linux; a short nanosleep elsewhere), so an idle
  * runtime leaves its cores idle.  After fork() the pool notices the new process and starts
  * new workers.
+ *
+ * Binding (ppl_pool_bind): each worker may run on one CPU only.  Unbound, a worker woken
+ * after an idle spell was often queued on the caller's own CPU while the other stayed idle
+ * (perf sched on our 2-vCPU guests: the two threads took turns on one CPU for the whole
+ * run), so in about half the processes two threads ran SqueezeNet slower than one (7-10 ms
+ * against 5.7; bound: 3.4-3.5 ms in every process).  The caller is never bound: it is the
+ * user's thread, and the scheduler moves it off a busy worker's CPU.
  */
 #ifndef PPLPY_POOL_H
 #define PPLPY_POOL_H
@@ -31,6 +38,7 @@
 #include "pplpy_step.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -47,6 +55,9 @@
 /* Bounds on one sleep (a wake ends it sooner; the bound only guards against a lost wake) */
 #define PPL_WAIT_SLEEP_NS 1000000LL
 #define PPL_IDLE_SLEEP_NS 100000000LL
+#if defined(__linux__) && defined(_GNU_SOURCE) /* Python.h defines it on Linux */
+#define PPL_CAN_BIND 1
+#endif
 #define PPL_SLOT_OPEN (1ULL << 31)
 #define PPL_SLOT_COUNT 0x7fffffffULL
 
@@ -146,6 +157,8 @@ typedef struct {
     int idle_sleepers;
     int shutdown;
     int nworkers;
+    int bind;       /* 1: bind each worker to one CPU (ppl_pool_bind) */
+    int *cpu;       /* the CPU worker i is bound to, or -1 */
     pid_t pid; /* the process the workers were started in */
     pthread_mutex_t run_lock;
     pthread_t *threads;
@@ -213,6 +226,38 @@ static void *ppl_worker_main(void *arg) {
     return NULL;
 }
 
+/* Where the next pool's workers start in the list of allowed CPUs: successive pools
+ * rotate, so that several runtimes' workers spread over the machine. */
+static unsigned ppl_bind_rotation = 0;
+
+/* Bind worker i to the (1 + rotation + i)-th CPU the process may use (modulo their count;
+ * index 0 is left to the caller when one pool runs alone).  Nothing is bound when the team
+ * is larger than the CPU set (binding would stack threads that could spread) or where the
+ * system has no per-thread affinity; pool->cpu[i] says what each worker got. */
+static inline void ppl_pool_bind(ppl_pool *pool) {
+    int i;
+    for (i = 0; i < pool->nworkers; i++) pool->cpu[i] = -1;
+#ifdef PPL_CAN_BIND
+    {
+        int cpus[CPU_SETSIZE]; /* 4 KB: pools may be made on several threads at once */
+        cpu_set_t allowed, one;
+        int count = 0, c;
+        unsigned base;
+        if (!pool->bind || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+        for (c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &allowed)) cpus[count++] = c;
+        if (pool->nworkers + 1 > count) return;
+        base = __atomic_fetch_add(&ppl_bind_rotation, (unsigned)pool->nworkers, __ATOMIC_RELAXED);
+        for (i = 0; i < pool->nworkers; i++) {
+            c = cpus[(1 + base + (unsigned)i) % (unsigned)count];
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            if (pthread_setaffinity_np(pool->threads[i], sizeof one, &one) == 0) pool->cpu[i] = c;
+        }
+    }
+#endif
+}
+
 /* Start the workers (in a new pool, or again in a forked child, where they do not exist). */
 static inline void ppl_pool_start(ppl_pool *pool) {
     sigset_t all, old;
@@ -231,15 +276,21 @@ static inline void ppl_pool_start(ppl_pool *pool) {
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pool->nworkers = i; /* fewer threads than asked for still run every plan correctly */
+    ppl_pool_bind(pool);
 }
 
-/* A pool of nthreads - 1 workers (the caller is the team's thread 0); NULL if out of memory. */
-static inline ppl_pool *ppl_pool_create(int nthreads) {
+/* A pool of nthreads - 1 workers (the caller is the team's thread 0), each bound to a CPU
+ * if bind; NULL if out of memory. */
+static inline ppl_pool *ppl_pool_create(int nthreads, int bind) {
     ppl_pool *pool = (ppl_pool *)calloc(1, sizeof(ppl_pool));
     if (pool == NULL) return NULL;
     pool->nworkers = nthreads > 1 ? nthreads - 1 : 0;
+    pool->bind = bind;
     pool->threads = (pthread_t *)calloc((size_t)(pool->nworkers + 1), sizeof(pthread_t));
-    if (pool->threads == NULL) {
+    pool->cpu = (int *)calloc((size_t)(pool->nworkers + 1), sizeof(int));
+    if (pool->threads == NULL || pool->cpu == NULL) {
+        free(pool->threads);
+        free(pool->cpu);
         free(pool);
         return NULL;
     }
@@ -261,6 +312,7 @@ static inline void ppl_pool_destroy(ppl_pool *pool) {
         free(pool->slots[i].sync);
     }
     free(pool->threads);
+    free(pool->cpu);
     free(pool);
 }
 

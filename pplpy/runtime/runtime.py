@@ -40,7 +40,8 @@ class Runtime:
         self._input_infos = list(self._graph.inputs)
         self.num_threads = result.options.num_threads
         # the workers every plan of this runtime runs on (see step.ThreadPool)
-        self._pool = ThreadPool(self.num_threads) if self.num_threads > 1 else None
+        self._pool = (ThreadPool(self.num_threads, result.options.bind_threads)
+                      if self.num_threads > 1 else None)
         self.profiler = Profiler()
         self.plan_cache_size = int(plan_cache_size)
         self._plans = OrderedDict()  # signature -> ExecutionPlan
@@ -103,6 +104,12 @@ class Runtime:
     @property
     def result(self):
         return self._result
+
+    @property
+    def worker_cpus(self):
+        """The CPU each worker thread of the team is bound to (None: unbound); empty with
+        one thread.  See ``bind_threads`` in ``pplpy.load``."""
+        return self._pool.worker_cpus if self._pool is not None else ()
 
     @property
     def pass_log(self):

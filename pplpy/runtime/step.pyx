@@ -18,7 +18,8 @@ import time
 cdef extern from "pplpy_pool.h" nogil:
     ctypedef struct ppl_pool:
         int nworkers
-    ppl_pool *ppl_pool_create(int nthreads)
+        int *cpu
+    ppl_pool *ppl_pool_create(int nthreads, int bind)
     void ppl_pool_destroy(ppl_pool *pool)
     int ppl_pool_run(ppl_pool *pool, uint64_t plan_id, const ppl_plan_step *steps,
                      Py_ssize_t n, int nthreads, volatile int *error)
@@ -90,16 +91,21 @@ cdef class ThreadPool:
     A Runtime owns one, shared by its plans (one per input-shape signature), as an ONNX
     Runtime session owns its intra-op pool.  The workers spin for a millisecond after a run
     and then sleep, so an idle runtime leaves its cores idle.  A plan started while the pool
-    is busy with another runs on its caller's thread alone."""
+    is busy with another runs on its caller's thread alone.
+
+    ``bind``: each worker runs on one CPU of the process's CPU set (see ``pplpy_pool.h``
+    for why); not done when the team is larger than that set."""
 
     cdef ppl_pool *pool
     cdef readonly int num_threads
+    cdef readonly bint bind
 
-    def __cinit__(self, int num_threads):
+    def __cinit__(self, int num_threads, bint bind=True):
         self.num_threads = max(1, num_threads)
+        self.bind = bind
         self.pool = NULL
         if self.num_threads > 1:
-            self.pool = ppl_pool_create(self.num_threads)
+            self.pool = ppl_pool_create(self.num_threads, bind)
             if self.pool == NULL:
                 raise MemoryError("cannot allocate a thread pool")
 
@@ -114,21 +120,29 @@ cdef class ThreadPool:
         some, in which case plans still run, on fewer threads)."""
         return self.pool.nworkers if self.pool != NULL else 0
 
+    @property
+    def worker_cpus(self):
+        """The CPU each worker is bound to (None: unbound), in worker order."""
+        if self.pool == NULL:
+            return ()
+        return tuple(self.pool.cpu[i] if self.pool.cpu[i] >= 0 else None
+                     for i in range(self.pool.nworkers))
+
     def __repr__(self):
-        return f"<ThreadPool {self.num_threads} threads>"
+        return f"<ThreadPool {self.num_threads} threads{'' if self.bind else ', unbound'}>"
 
 
 _shared_pools = {}
 _shared_pools_lock = threading.Lock()
 
 
-def shared_pool(int num_threads):
+def shared_pool(int num_threads, bint bind=True):
     """The process-wide pool of ``num_threads`` threads, for plans made without one
     (``run_steps``: build-time constant folding and the kernel test wrappers)."""
     with _shared_pools_lock:
-        pool = _shared_pools.get(num_threads)
+        pool = _shared_pools.get((num_threads, bind))
         if pool is None:
-            pool = _shared_pools[num_threads] = ThreadPool(num_threads)
+            pool = _shared_pools[(num_threads, bind)] = ThreadPool(num_threads, bind)
         return pool
 
 
@@ -216,6 +230,8 @@ cdef class Plan:
         raise RuntimeError("a plan step failed without an exception")
 
 
-def run_steps(steps, int num_threads=1):
-    """Run ``steps`` once as a plan: the path impl test wrappers take."""
-    Plan(steps, num_threads).run()
+def run_steps(steps, int num_threads=1, bint bind=True):
+    """Run ``steps`` once as a plan (on the shared pool of that size and binding): the path
+    build-time evaluation and the impl test wrappers take."""
+    pool = shared_pool(num_threads, bind) if num_threads > 1 else None
+    Plan(steps, num_threads, pool).run()

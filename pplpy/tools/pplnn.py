@@ -84,6 +84,15 @@ def _positive(text):
     return value
 
 
+def _binding_note(rt):
+    """' (workers on CPUs 1, 2)' when the team's workers are bound, else ''."""
+    cpus = [c for c in rt.worker_cpus if c is not None]
+    if not cpus:
+        return ""
+    return f" (worker{'s' if len(cpus) > 1 else ''} bound to CPU{'s' if len(cpus) > 1 else ''} " \
+           f"{', '.join(map(str, cpus))})"
+
+
 def build_parser():
     parser = _Parser(
         prog=PROG,
@@ -160,6 +169,9 @@ def build_parser():
     engine.add_argument("--num-threads", type=_positive, default=None, metavar="N",
                         help="size of the runtime's thread team (default: the physical "
                         "cores)")
+    engine.add_argument("--no-bind-threads", action="store_true",
+                        help="let the worker threads run on any CPU (default: each on one "
+                        "CPU of the process's set)")
     engine.add_argument("--mm-policy", choices=MM_POLICIES, default="mem",
                         help="memory policy: 'mem' shares one arena between values whose "
                         "lifetimes do not overlap (default), 'perf' gives every value its own")
@@ -548,7 +560,8 @@ def _run(argv):
     if args.save_optimized_model is not None:
         on_pass, saved = capture(on_pass)
     engine = pplpy.X86Engine(max_isa=cap, num_threads=args.num_threads,
-                             fusion=not args.disable_fusion, mm_policy=args.mm_policy)
+                             fusion=not args.disable_fusion, mm_policy=args.mm_policy,
+                             bind_threads=not args.no_bind_threads)
     builder = pplpy.RuntimeBuilder.from_onnx(path, engines=[engine], in_shapes=in_shapes,
                                              on_pass=on_pass, passes=passes,
                                              cast_to_float32=args.cast_to_float32)
@@ -563,7 +576,8 @@ def _run(argv):
         print(f"model: {path}")
     cap_note = cap or os.environ.get("PPLPY_MAX_ISA") or "none"
     print(f"isa: {options.isa} (cpu has: {', '.join(supported_isas())}; cap: {cap_note})")
-    print(f"threads: {options.num_threads}; fusion: {'on' if options.fusion else 'off'}")
+    print(f"threads: {options.num_threads}{_binding_note(rt)}; "
+          f"fusion: {'on' if options.fusion else 'off'}")
     plugins = sorted(f"{ep.name} ({ep.value})"
                      for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
     if plugins:

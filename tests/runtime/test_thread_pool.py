@@ -1,6 +1,7 @@
 """The thread pool plans run on (pplpy_pool.h): workers that join a run when they wake, a
 caller that never waits for one that has not started, two job slots used in turn, a busy
-pool that runs a nested plan on its caller's thread, and workers started again after fork."""
+pool that runs a nested plan on its caller's thread, workers started again after fork, and
+workers bound to CPUs (``bind_threads``)."""
 
 import multiprocessing
 import os
@@ -180,3 +181,91 @@ def _threads_cpu_ticks():
             continue
         ticks[tid] = int(fields[11]) + int(fields[12])  # utime + stime
     return ticks
+
+
+# -- binding workers to CPUs -----------------------------------------------------------------
+
+ALLOWED = sorted(os.sched_getaffinity(0))
+
+
+def _task_cpus():
+    """tid -> the CPUs that thread may run on, for every thread of this process."""
+    cpus = {}
+    for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+        try:
+            cpus[int(tid)] = os.sched_getaffinity(int(tid))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return cpus
+
+
+def _new_workers(make):
+    """(what make() returned, {tid: CPU set} of the threads it started)."""
+    before = set(_task_cpus())
+    made = make()
+    after = _task_cpus()
+    return made, {tid: cpus for tid, cpus in after.items() if tid not in before}
+
+
+def test_bound_workers_each_run_on_one_cpu_of_the_process_set():
+    threads = min(len(ALLOWED), 4)  # on a one-CPU set, the next test's case
+    if threads < 2:
+        assert ThreadPool(2).worker_cpus == (None,)
+        return
+    pool, workers = _new_workers(lambda: ThreadPool(threads))
+    assert pool.bind and len(workers) == threads - 1
+    cpus = pool.worker_cpus
+    assert len(cpus) == threads - 1 and len(set(cpus)) == threads - 1
+    assert set(cpus) <= set(ALLOWED)
+    # what the pool reports is what the kernel enforces
+    assert sorted(next(iter(s)) for s in workers.values()) == sorted(cpus)
+    assert all(len(s) == 1 for s in workers.values())
+    # the caller is left free
+    assert os.sched_getaffinity(0) == set(ALLOWED)
+    src, dst = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    fill_and_copy(pool, src, dst, 7.0, threads).run()
+    assert (dst == 7.0).all()
+
+
+def test_unbound_workers_keep_the_process_set():
+    pool, workers = _new_workers(lambda: ThreadPool(2, bind=False))
+    assert not pool.bind and pool.worker_cpus == (None,)
+    assert [s for s in workers.values()] == [set(ALLOWED)]
+    assert repr(pool) == "<ThreadPool 2 threads, unbound>"
+
+
+def test_a_team_larger_than_the_cpu_set_is_not_bound():
+    # Binding more threads than CPUs would stack some on one CPU for good: none is bound.
+    threads = len(ALLOWED) + 1
+    pool, workers = _new_workers(lambda: ThreadPool(threads))
+    assert pool.worker_cpus == (None,) * (threads - 1)
+    assert all(s == set(ALLOWED) for s in workers.values())
+    src, dst = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    fill_and_copy(pool, src, dst, 3.0, threads).run()
+    assert (dst == 3.0).all()
+
+
+def test_successive_pools_start_their_workers_on_different_cpus():
+    # Several runtimes at once spread their workers instead of all taking the same CPU.
+    a, b = ThreadPool(2), ThreadPool(2)
+    if len(ALLOWED) >= 2:
+        assert a.worker_cpus != b.worker_cpus
+    else:
+        assert a.worker_cpus == b.worker_cpus == (None,)
+
+
+def test_load_binds_the_team_unless_told_not_to():
+    model = relu_chain_model().SerializeToString()
+    x = np.random.default_rng(2).standard_normal((4, 64, 64, 64)).astype(np.float32)
+    bound, new = _new_workers(lambda: pplpy.load(model, num_threads=2))
+    free, new_free = _new_workers(lambda: pplpy.load(model, num_threads=2, bind_threads=False))
+    if len(ALLOWED) >= 2:
+        (cpu,) = bound.worker_cpus
+        assert cpu in ALLOWED and os.sched_getaffinity(0) == set(ALLOWED)
+        assert {cpu} in new.values()
+    else:
+        assert bound.worker_cpus == (None,)
+    assert free.worker_cpus == (None,)
+    assert all(s == set(ALLOWED) for s in new_free.values())
+    assert pplpy.load(model, num_threads=1).worker_cpus == ()
+    np.testing.assert_array_equal(out(bound.run({"x": x})), out(free.run({"x": x})))

@@ -76,12 +76,29 @@ def test_summary_of_a_run(capsys, small_model):
     assert f"isa: {supported_isas()[0]}" in out
     from pplpy.common.cpu_count import physical_cores
 
-    assert f"threads: {physical_cores()}; fusion: on" in out  # default team: physical cores
+    # default team: the physical cores, workers bound to CPUs
+    assert re.search(rf"threads: {physical_cores()}( \(workers? bound to CPUs? [\d, ]+\))?; "
+                     r"fusion: on", out)
     assert 'input "a": float32 [1,3,4]  (random, seed 0)' in out  # free dim built as 1
     assert 'input "b": float32 [2,5]' in out
     assert 'output "a_out": float32 [1,3,4]' in out
     assert 'output "b/out": float32 [2,5]' in out
     assert re.search(r"memory: weights \d+ bytes, arena \d+ bytes, plan \d+ bytes", out)
+
+
+def test_no_bind_threads(capsys, small_model):
+    import os
+
+    status, out, _ = run_cli(capsys, "--onnx-model", small_model, "--num-threads", 2)
+    assert status == 0
+    bound = re.search(r"threads: 2 \(worker bound to CPU (\d+)\); fusion: on", out)
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert bound and int(bound.group(1)) in os.sched_getaffinity(0)
+    else:  # a team larger than the CPU set is left unbound
+        assert "threads: 2; fusion: on" in out
+    status, out, _ = run_cli(capsys, "--onnx-model", small_model, "--num-threads", 2,
+                             "--no-bind-threads")
+    assert status == 0 and "threads: 2; fusion: on" in out
 
 
 def test_in_shapes_fix_the_free_dims(capsys, small_model):

@@ -7,7 +7,8 @@
 Options: ``max_isa`` caps the ISA tier (else ``PPLPY_MAX_ISA``, else the best the CPU has);
 ``num_threads`` is the size of each runtime's thread team (default: the physical cores);
 ``fusion`` folds activations into Conv/Gemm post-ops; ``mm_policy`` ("mem" or "perf") says
-whether values share arena memory.
+whether values share arena memory; ``bind_threads`` binds each worker thread of the team to
+one CPU (see ``pplpy/runtime/pplpy_pool.h``).
 """
 
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class EngineOptions:
     num_threads: int
     fusion: bool = True
     mm_policy: str = "mem"  # "mem": values share one arena by live interval; "perf": no sharing
+    bind_threads: bool = True  # each worker thread on one CPU
 
 
 @dataclass
@@ -86,7 +88,8 @@ class X86Engine:
 
     name = "x86"
 
-    def __init__(self, max_isa=None, num_threads=None, fusion=True, mm_policy="mem"):
+    def __init__(self, max_isa=None, num_threads=None, fusion=True, mm_policy="mem",
+                 bind_threads=True):
         if num_threads is None:
             num_threads = physical_cores()
         if int(num_threads) < 1:
@@ -95,7 +98,8 @@ class X86Engine:
             raise PplError(f"mm_policy must be one of {', '.join(MM_POLICIES)}, got "
                            f"{mm_policy!r}")
         self.options = EngineOptions(isa=best_isa(max_isa), num_threads=int(num_threads),
-                                     fusion=bool(fusion), mm_policy=mm_policy)
+                                     fusion=bool(fusion), mm_policy=mm_policy,
+                                     bind_threads=bool(bind_threads))
 
     def __repr__(self):
         o = self.options
@@ -147,10 +151,10 @@ class X86Engine:
                      if name and value is not None}
         op = self.create_op(node, constants)
         return run_once(op, op.create_kernel(), inputs, in_shapes, self.options.num_threads,
-                        in_types)
+                        in_types, self.options.bind_threads)
 
 
-def run_once(op, kernel, inputs, in_shapes, num_threads=1, in_types=None):
+def run_once(op, kernel, inputs, in_shapes, num_threads=1, in_types=None, bind_threads=True):
     """Outputs of ``kernel`` on numpy ``inputs`` (None where absent), as new arrays.
 
     An input whose value is unknown but whose dims are (Shape reads only dims) gets a slot
@@ -182,5 +186,6 @@ def run_once(op, kernel, inputs, in_shapes, num_threads=1, in_types=None):
     )
     steps = kernel.make_step(io)
     if steps is not None:
-        run_steps(steps if isinstance(steps, (list, tuple)) else [steps], num_threads)
+        run_steps(steps if isinstance(steps, (list, tuple)) else [steps], num_threads,
+                  bind_threads)
     return outputs
