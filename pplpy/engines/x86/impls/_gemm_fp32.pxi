@@ -11,8 +11,11 @@
 # past N, so the microkernel streams one panel row per k with unit-stride vector loads.  A
 # constant B is packed once (gemm_pack_b, when the kernel is made).  The multiply is blocked
 # Goto-style: a work item is one batch entry x a block of rows x a group of panels; inside
-# it K is cut into chunks whose copy of A (below) takes at most _A_CHUNK_FLOATS (half of a
-# 1 MB L2) and at most _KC_MAX long.  Chunks as short as an L1-sized panel chunk (128 at
+# it K is cut into chunks whose copy of A (below) takes at most _A_CHUNK_FLOATS (three
+# quarters of a 1 MB L2, with room for the panel the tiles stream) and at most _KC_MAX long.
+# (Half of L2 cut ViT's 197-row blocks at K = 768 into two chunks of 384, and A was then
+# copied again for every panel group: 3-4% of the GEMM, measured in a C replica of this loop
+# and on the step.)  Chunks as short as an L1-sized panel chunk (128 at
 # AVX-512) measured 10% slower on 128x768x3072 than 1024: every chunk costs each tile an
 # epilogue pass over C, and Zen 4's L2 feeds a tile's panel fast enough.  (Prefetching the
 # next panel into L2 while the tiles go through one measured no faster on BERT-base: the
@@ -55,7 +58,7 @@ include "_brgemm_fp32.pxi"
 cdef enum:
     _KC_MAX = 1024              # K chunk at most this long
     _KC_MIN = 256               # and at least this (when K is)
-    _A_CHUNK_FLOATS = 1 << 17   # copied A chunk at most this many floats (512 KB)
+    _A_CHUNK_FLOATS = 3 << 16   # copied A chunk at most this many floats (768 KB)
     _A_PAD = 16         # floats past each row of the copied A chunk (one cache line)
     _MC_TILES = 16      # register tiles per row block (96 rows at fma): A block in L2
     _MAX_GROUP_COLS = 256   # columns per work item at most

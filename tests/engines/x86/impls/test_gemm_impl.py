@@ -42,7 +42,8 @@ def check(gemm, rng, m, n, k, trans_b=False, alpha=1.0, beta=0.0, use_bias=False
 
 
 SHAPES = [(1, 1, 1), (1, 1000, 2048), (2, 3, 5), (7, 17, 33), (13, 31, 1), (29, 64, 300),
-          (15, 33, 257), (100, 48, 64), (196, 256, 256), (3, 129, 513), (64, 1, 70)]
+          (15, 33, 257), (100, 48, 64), (196, 256, 256), (3, 129, 513), (64, 1, 70),
+          (250, 40, 1100)]  # two row blocks on avx512, each in two K chunks
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
