@@ -269,3 +269,26 @@ def test_load_binds_the_team_unless_told_not_to():
     assert all(s == set(ALLOWED) for s in new_free.values())
     assert pplpy.load(model, num_threads=1).worker_cpus == ()
     np.testing.assert_array_equal(out(bound.run({"x": x})), out(free.run({"x": x})))
+
+
+def test_a_worker_on_the_callers_cpu_moves_when_a_run_starts():
+    # A bound worker on the CPU the caller runs on would be queued behind it for the whole run:
+    # the run moves it to a CPU that neither the caller nor another worker is on.
+    model = relu_chain_model().SerializeToString()
+    x = np.random.default_rng(3).standard_normal((4, 64, 64, 64)).astype(np.float32)
+    rt = pplpy.load(model, num_threads=2)
+    expected = out(pplpy.load(model, num_threads=1).run({"x": x}))
+    (cpu,) = rt.worker_cpus
+    if cpu is None:  # a one-CPU set: nothing is bound, nothing can move
+        assert len(ALLOWED) < 2
+        return
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})  # the caller now runs on the worker's CPU
+        np.testing.assert_array_equal(out(rt.run({"x": x})), expected)
+        (moved,) = rt.worker_cpus
+    finally:
+        os.sched_setaffinity(0, mask)
+    assert moved != cpu and moved in ALLOWED
+    workers = [t for t, s in _task_cpus().items() if s == {moved}]
+    assert workers  # the kernel agrees with what the pool reports
