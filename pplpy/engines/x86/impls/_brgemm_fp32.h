@@ -299,7 +299,10 @@ PPL_INLINE void ppl_tile_accumulate(const int M, ptrdiff_t nbatch, const float *
 /* M rows (a compile-time constant after inlining), one accumulator per row and vector.  A
  * convolution always steps k = 16 (one channel block) per batch element: that case gets a
  * copy with the k loop fully unrolled, since its loop overhead is otherwise paid every 16
- * steps. */
+ * steps.  Not on SSE: with two-operand instructions every multiply needs a register copy, the
+ * 6 x 2 tile already takes all 16 xmm registers, and the unrolled copy ran the conv's
+ * batch-reduce at 36% of the tier's peak against 75% with the plain loop (benchmarks/brgemm.py,
+ * 9 x (3136 x 64 x 64)). */
 PPL_INLINE void ppl_brgemm_tile(const int M, ptrdiff_t nbatch, const float **a, const float **b,
                                 ptrdiff_t k, ptrdiff_t lda, float *c, ptrdiff_t ldc,
                                 ptrdiff_t cbs, int n_valid, const ppl_epilogue *ep) {
@@ -308,9 +311,11 @@ PPL_INLINE void ppl_brgemm_tile(const int M, ptrdiff_t nbatch, const float **a, 
     for (int r = 0; r < M; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < PPL_NV; v++) acc[r][v] = ppl_splat(0.0f);
+#if PPL_VLEN > 4
     if (k == PPL_CB)
         ppl_tile_accumulate(M, nbatch, a, b, PPL_CB, lda, acc);
     else
+#endif
         ppl_tile_accumulate(M, nbatch, a, b, k, lda, acc);
     ppl_epilogue_store(M, acc, n_valid, c, ldc, cbs, ep);
 }
