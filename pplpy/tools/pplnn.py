@@ -85,12 +85,12 @@ def _positive(text):
 
 
 def _binding_note(rt):
-    """' (workers on CPUs 1, 2)' when the team's workers are bound, else ''."""
+    """' (workers bound to CPUs 1, 2)' when the team's workers are bound, else ''."""
     cpus = [c for c in rt.worker_cpus if c is not None]
     if not cpus:
         return ""
-    return f" (worker{'s' if len(cpus) > 1 else ''} bound to CPU{'s' if len(cpus) > 1 else ''} " \
-           f"{', '.join(map(str, cpus))})"
+    s = "s" if len(cpus) > 1 else ""
+    return f" (worker{s} bound to CPU{s} {', '.join(map(str, cpus))})"
 
 
 def build_parser():
