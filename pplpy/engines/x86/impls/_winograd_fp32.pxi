@@ -12,14 +12,17 @@
 # brgemm microkernel with the batch over input-channel blocks (K = 16 each).  That is 36 * IC
 # * OC multiply-adds per 16 output pixels instead of 9 * 16 * IC * OC: 4x fewer.
 #
-# A work item is a block of T consecutive tiles (over image, tile row, tile column), and does
-# all three phases into its thread's scratch:
+# A work item is a block of T consecutive tiles (over image, tile row, tile column) and a
+# group of output-channel panels, and does all three phases into its thread's scratch:
 #     input transform   V[t][icb][T tiles][16]          (36 * ICB * T * 16 floats)
-#     36 GEMMs          M[t][ocb][T tiles][16]          (36 * OCBP * T * 16 floats)
-#     output transform  A^T m A + bias, post-op, into the N16CX output
+#     36 GEMMs          M[t][ocb][T tiles][16]          (the group's panels of 36 * OCBP * T * 16)
+#     output transform  A^T m A + bias, post-op, into the group's N16CX output channels
 # so items are independent and the op is one step with no barrier.  T is chosen so that V and
-# M stay in L2; it does not depend on the thread count (every thread count gives the same
-# bits).  Pixels outside the image read as zero, so padding is never materialised; tiles
+# M stay in L2; it does not depend on the thread count, so every thread count gives the same
+# bits.  Where there are fewer tile blocks than threads (ResNet's 14x14 layers have 16 tiles:
+# one or two blocks), the output channels are split into panel groups as well, so that a
+# 16-thread team has 16 items; each group repeats its block's input transform (a few percent
+# of the GEMMs' work per group).  Splitting by channels changes no sum: same bits again.  Pixels outside the image read as zero, so padding is never materialised; tiles
 # hanging over the bottom or right edge of the output write only their valid pixels.
 #
 # Packed weights are a dict (layout private to this module's tier):
@@ -63,6 +66,7 @@ ctypedef struct _WinoArgs:
     Py_ssize_t oc, icb, ocb, ocbp, npanels
     Py_ssize_t H, W, OH, OW, TH, TW, pt, pl
     Py_ssize_t tiles, block, nitems  # all tiles (batch * TH * TW), tiles per item, items
+    Py_ssize_t ngroups, group_panels  # output-channel panel groups per block, panels in each
     int kc
     int post_op                    # the chain's leading activation, in the output transform
     ppl_post_chain chain           # entries [chain_first, len) after it, per output tile row
@@ -102,6 +106,20 @@ def winograd_pack_weight(w):
             "data": numpy.ascontiguousarray(data)}
 
 
+def winograd_panel_groups(Py_ssize_t nblocks, Py_ssize_t npanels, int num_threads):
+    """Panels per group for nblocks tile blocks, npanels panels and a team of num_threads:
+    all panels in one group where the blocks alone give every thread an item, else enough
+    groups for num_threads items (at most one per channel block).  Groups start on channel
+    blocks (a panel narrower than 16 channels shares its block with the next), so that
+    each group's output transform writes whole blocks."""
+    cdef Py_ssize_t per_cb = max(1, PPL_CB // PPL_NB)   # panels per channel block
+    cdef Py_ssize_t units = _ceil_div(npanels, per_cb)   # channel-block-aligned units
+    cdef Py_ssize_t groups = 1
+    if nblocks < num_threads:
+        groups = min(units, _ceil_div(num_threads, nblocks))
+    return _ceil_div(units, groups) * per_cb
+
+
 def winograd_tiles_per_item(Py_ssize_t batch, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t in_c,
                             Py_ssize_t out_c):
     """T: tiles per work item, from the shapes alone.  As many as keep V and M within the
@@ -114,9 +132,11 @@ def winograd_tiles_per_item(Py_ssize_t batch, Py_ssize_t OH, Py_ssize_t OW, Py_s
     return _ceil_div(tiles, _ceil_div(tiles, block))
 
 
-cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, float *scratch,
-                     const float **a_ptrs, const float **b_ptrs) noexcept nogil:
-    """Tiles [t0, t1): input transform, 36 GEMMs, output transform."""
+cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t p0,
+                     Py_ssize_t p1, float *scratch, const float **a_ptrs,
+                     const float **b_ptrs) noexcept nogil:
+    """Tiles [t0, t1), output panels [p0, p1): input transform, 36 GEMMs, output
+    transform."""
     cdef Py_ssize_t T = c.block, nt = t1 - t0
     cdef Py_ssize_t vstride = c.icb * T * PPL_CB     # between tile positions in V
     cdef Py_ssize_t mstride = c.ocbp * T * PPL_CB    # between tile positions in M
@@ -125,6 +145,8 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, float *sc
     cdef float *m = v + _POS * vstride
     cdef Py_ssize_t plane = c.H * c.W * PPL_CB, oplane = c.OH * c.OW * PPL_CB
     cdef Py_ssize_t i, tile, n, th, tw, cb, pos, p, j, col0
+    cdef Py_ssize_t cb0 = p0 * PPL_NB // PPL_CB
+    cdef Py_ssize_t cb1 = min(c.ocb, _ceil_div(p1 * PPL_NB, PPL_CB))
     cdef const float *bsrc
     cdef float *cdst
 
@@ -145,7 +167,7 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, float *sc
                                 tw * 4 - c.pl, v + (cb * T + i) * PPL_CB, vstride)
 
     for pos in range(_POS):
-        for p in range(c.npanels):
+        for p in range(p0, p1):
             col0 = p * PPL_NB
             for cb in range(c.icb):
                 a_ptrs[cb] = v + pos * vstride + cb * T * PPL_CB
@@ -159,7 +181,7 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, float *sc
         tw = tile % c.TW
         th = (tile // c.TW) % c.TH
         n = tile // (c.TW * c.TH)
-        for cb in range(c.ocb):
+        for cb in range(cb0, cb1):
             ppl_wino_output_tile(m + (cb * T + i) * PPL_CB, mstride, bsrc + cb * PPL_CB,
                                  c.y + (n * c.ocb + cb) * oplane, c.OW, th * 4, tw * 4,
                                  <int>min(<Py_ssize_t>4, c.OH - th * 4),
@@ -183,9 +205,9 @@ cdef void _wino_chain_rows(const _WinoArgs *c, Py_ssize_t n, Py_ssize_t cb, Py_s
 
 
 cdef void _wino_step(const void *args, int tid, int nthreads) noexcept nogil:
-    """Items are blocks of T tiles; thread tid takes its contiguous share."""
+    """Items are (block of T tiles, panel group); thread tid takes its contiguous share."""
     cdef const _WinoArgs *c = <const _WinoArgs *>args
-    cdef Py_ssize_t begin, end, item
+    cdef Py_ssize_t begin, end, item, blk, p0
     if nthreads > c.max_threads:  # a larger team than the scratch was made for
         if tid >= c.max_threads:
             return
@@ -194,22 +216,27 @@ cdef void _wino_step(const void *args, int tid, int nthreads) noexcept nogil:
     cdef const float **a_ptrs = c.ptrs + tid * c.ptr_stride
     ppl_partition(c.nitems, tid, nthreads, &begin, &end)
     for item in range(begin, end):
-        _wino_item(c, item * c.block, min(c.tiles, (item + 1) * c.block), scratch, a_ptrs,
-                   a_ptrs + c.icb)
+        blk = item // c.ngroups
+        p0 = (item % c.ngroups) * c.group_panels
+        _wino_item(c, blk * c.block, min(c.tiles, (blk + 1) * c.block), p0,
+                   min(c.npanels, p0 + c.group_panels), scratch, a_ptrs, a_ptrs + c.icb)
 
 
 def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int out_c,
                             Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW,
                             int pad_top, int pad_left, int post_op, float p0, float p1,
                             int num_threads, *, packed_w, bias=None, size_t b=0, keep=(),
-                            Py_ssize_t tiles_per_item=0, post_chain=()):
+                            Py_ssize_t tiles_per_item=0, post_chain=(),
+                            Py_ssize_t group_panels=0):
     """The step computing y = post_op(conv3x3(x, W) + bias), stride 1, dilation 1, group 1,
     x and y in N16CX at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16),
     OH, OW, 16); pads end are implied by OH and OW.
 
     packed_w from winograd_pack_weight.  Bias: an array of out_c values, or the address b of
     one computed at run time, or neither.  Memory at addresses outlives the step (``keep``).
-    tiles_per_item: 0 picks it from the shapes (winograd_tiles_per_item)."""
+    tiles_per_item: 0 picks it from the shapes (winograd_tiles_per_item).  group_panels:
+    output panels per work item, 0 picks it from the blocks and num_threads
+    (winograd_panel_groups); a test may force any multiple of the panels per channel block."""
     if min(pad_top, pad_left) < 0 or min(batch, H, W, OH, OW, in_c, out_c) < 1:
         raise ValueError(f"make_winograd_conv_step: bad shapes batch={batch} in_c={in_c} "
                          f"out_c={out_c} H={H} W={W} OH={OH} OW={OW} pads=({pad_top}, "
@@ -229,6 +256,13 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     cdef Py_ssize_t TH = _ceil_div(OH, 4), TW = _ceil_div(OW, 4)
     cdef Py_ssize_t tiles = batch * TH * TW
     cdef Py_ssize_t block = min(tiles_per_item, tiles)
+    cdef Py_ssize_t per_cb = max(1, PPL_CB // PPL_NB)
+    if group_panels <= 0:
+        group_panels = winograd_panel_groups(_ceil_div(tiles, block), npanels, num_threads)
+    elif group_panels % per_cb:
+        raise ValueError(f"make_winograd_conv_step: group_panels must be a multiple of "
+                         f"{per_cb} (panels per 16-channel block), got {group_panels}")
+    group_panels = min(group_panels, _ceil_div(npanels, per_cb) * per_cb)
 
     bias_pad = None
     if not b:
@@ -264,7 +298,8 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.raw_bias = <const float *>b
     c.oc, c.icb, c.ocb, c.ocbp, c.npanels = out_c, icb, _ceil_div(out_c, PPL_CB), ocbp, npanels
     c.H, c.W, c.OH, c.OW, c.TH, c.TW, c.pt, c.pl = H, W, OH, OW, TH, TW, pad_top, pad_left
-    c.tiles, c.block, c.nitems = tiles, block, _ceil_div(tiles, block)
+    c.ngroups, c.group_panels = _ceil_div(npanels, group_panels), group_panels
+    c.tiles, c.block, c.nitems = tiles, block, _ceil_div(tiles, block) * c.ngroups
     # With fewer than 16 input channels the rest of the block is padding: reduce over the
     # real channels only (their weight rows come first).
     c.kc = in_c if icb == 1 else PPL_CB
@@ -286,7 +321,8 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
 
 def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pad_top,
                                int pad_left, int post_op, float p0, float p1, int num_threads,
-                               Py_ssize_t tiles_per_item=0, post_chain=()):
+                               Py_ssize_t tiles_per_item=0, post_chain=(),
+                               Py_ssize_t group_panels=0):
     """y = post_op(conv3x3(x, w) + bias), stride 1, x and y in N16CX; packed_w from
     winograd_pack_weight.  The test wrapper of make_winograd_conv_step."""
     cdef const float[:, :, :, :, ::1] xv = x
@@ -301,5 +337,5 @@ def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pa
         <size_t>&xv[0, 0, 0, 0, 0], <size_t>&yv[0, 0, 0, 0, 0], xv.shape[0], in_c, out_c,
         xv.shape[2], xv.shape[3], yv.shape[2], yv.shape[3], pad_top, pad_left, post_op, p0, p1,
         num_threads, packed_w=packed_w, bias=bias, keep=(x, y),
-        tiles_per_item=tiles_per_item, post_chain=post_chain)
+        tiles_per_item=tiles_per_item, post_chain=post_chain, group_panels=group_panels)
     run_steps([step], num_threads)

@@ -1,6 +1,8 @@
 """winograd_fp32 impls (F(4x4, 3x3) convolution on N16CX) against a numpy reference and the
 direct conv, every ISA."""
 
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 from impl_variants import assert_variants_export_the_same_names, post_op_reference, \
@@ -124,6 +126,55 @@ def test_winograd_threads_and_blocks(wino, tiles_per_item):
     else:
         # One-row register tiles sum in another order: last bits differ.
         np.testing.assert_allclose(one, two, rtol=1e-5, atol=2e-5 * np.abs(one).max())
+
+
+def _panel_floats(wino):
+    """PPL_NB of the variant: 64 output channels take 64 / PPL_NB panels."""
+    npanels, _, _ = wino.winograd_layout(64, 16)
+    return 64 // npanels
+
+
+@pytest.mark.parametrize("threads", [1, 3, 16])
+def test_winograd_panel_groups_give_the_same_bits(wino, threads):
+    """Work items that split the output channels into panel groups (each repeating its
+    block's input transform) compute every sum as one item over all panels does."""
+    rng = np.random.default_rng(threads)
+    x = rng.standard_normal((1, 24, 9, 11), dtype=np.float32)
+    wt = rng.standard_normal((72, 24, 3, 3), dtype=np.float32)  # 5 blocks, the last partial
+    b = rng.standard_normal(72, dtype=np.float32)
+    per_cb = max(1, 16 // _panel_floats(wino))
+    npanels, _, _ = wino.winograd_layout(72, 24)
+    whole, out_hw = run_wino(wino, x, wt, b, (1, 1), (1, 1), PostOp.RELU, threads=1)
+    raw = conv3x3_ref(x, wt, b, (1, 1), out_hw)
+    np.testing.assert_allclose(from_n16cx(whole, 72), np.maximum(raw, 0), rtol=1e-4,
+                               atol=2e-5 * (np.abs(raw).max() + 1))
+    for group in sorted({per_cb, 2 * per_cb, 3 * per_cb, npanels}):
+        y = np.full_like(whole, np.nan)
+        wino.winograd_conv2d_n16cx_fp32(to_n16cx(x), wino.winograd_pack_weight(wt), b, y, 24,
+                                        72, 1, 1, int(PostOp.RELU), 0.0, 0.0, threads, 0, (),
+                                        group)
+        np.testing.assert_array_equal(y, whole)
+
+
+def test_winograd_panel_groups_follow_the_team(wino):
+    """Blocks that give every thread an item keep all panels in one group; fewer blocks than
+    threads split the panels (whole channel blocks) into enough groups for the team."""
+    nb = _panel_floats(wino)
+    per_cb = max(1, 16 // nb)
+    npanels, _, _ = wino.winograd_layout(256, 256)
+    assert wino.winograd_panel_groups(16, npanels, 16) == npanels
+    assert wino.winograd_panel_groups(7, npanels, 2) == npanels
+    # ResNet-50's 14x14 layers: 2 blocks of 16 tiles, 16 threads -> 8 groups, 16 items.
+    per_group = wino.winograd_panel_groups(2, npanels, 16)
+    assert per_group % per_cb == 0 and -(-npanels // per_group) == min(8, npanels // per_cb)
+    # Never more groups than channel blocks.
+    assert wino.winograd_panel_groups(1, npanels, 1000) == per_cb
+    with pytest.raises(ValueError, match="group_panels") if per_cb > 1 else nullcontext():
+        x = np.zeros((1, 1, 6, 6, 16), np.float32)
+        y = np.zeros((1, 2, 6, 6, 16), np.float32)
+        wino.winograd_conv2d_n16cx_fp32(x, wino.winograd_pack_weight(np.ones((32, 16, 3, 3),
+                                                                              np.float32)),
+                                        None, y, 16, 32, 1, 1, 0, 0.0, 0.0, 2, 0, (), 1)
 
 
 def test_winograd_close_to_direct(wino):
