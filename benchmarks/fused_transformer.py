@@ -54,7 +54,8 @@ def attention_model(B, H, S, d, mask):
     graph = helper.make_graph(nodes, "attention", inputs,
                               [helper.make_tensor_value_info("y", F, None)],
                               [helper.make_tensor("c", F, [], [float(np.sqrt(d))])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8)  # loadable by older onnxruntime too
 
 
 def add_ln_model(shape, sum_read):
@@ -72,7 +73,8 @@ def add_ln_model(shape, sum_read):
     graph = helper.make_graph(
         nodes, "add_ln", [helper.make_tensor_value_info(n, F, list(shape)) for n in "ab"],
         [helper.make_tensor_value_info(o, F, None) for o in outputs], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8)  # loadable by older onnxruntime too
 
 
 def fastest_ms(fn, number, repeats):

@@ -37,7 +37,8 @@ def chain_model(nodes, batch="N", width=(16,)):
         graph_nodes, "chain",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, *width])],
         [helper.make_tensor_value_info(f"v{nodes}", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8)  # loadable by older onnxruntime too
 
 
 def median_s(fn, repeats, warmup=3, idle=0.0):

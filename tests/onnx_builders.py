@@ -22,6 +22,28 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=13, extra_opsets=(
     return helper.make_model(graph, opset_imports=opsets)
 
 
+def ort_loadable(model):
+    """The bytes of a ModelProto (or of serialized bytes) with the lowest IR version its opsets
+    allow.  onnx.helper stamps the newest IR version of the installed onnx, which an older
+    onnxruntime refuses ("Unsupported model IR version: 14, max supported IR version: 13" with
+    onnx 1.23 and onnxruntime 1.30)."""
+    if isinstance(model, (bytes, bytearray)):
+        model = onnx.load_from_string(bytes(model))
+    lowered = onnx.ModelProto()
+    lowered.CopyFrom(model)
+    lowered.ir_version = min(model.ir_version, helper.find_min_ir_version_for(
+        list(model.opset_import), ignore_unknown=True))
+    return lowered.SerializeToString()
+
+
+def ort_session(model, sess_options=None):
+    """An onnxruntime session (CPU provider) of a ModelProto or its bytes: a test oracle."""
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(ort_loadable(model), sess_options=sess_options,
+                                        providers=["CPUExecutionProvider"])
+
+
 # Every ISA tier as a pytest parameter; a tier this CPU lacks is skipped with that reason.
 ISAS = [
     pytest.param(isa, marks=pytest.mark.skipif(isa not in supported_isas(),

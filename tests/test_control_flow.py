@@ -5,13 +5,12 @@ errors a malformed body gives."""
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
-from onnx_builders import FLOAT, INT64, ISAS
+from onnx_builders import FLOAT, INT64, ISAS, ort_session
 
 BOOL = TensorProto.BOOL
 RNG = np.random.default_rng(11)
@@ -33,8 +32,7 @@ def reference(onnx_model, feeds, by="onnx"):
     reference cannot run the case: its Loop treats an absent cond as false and cannot stack
     zero iterations."""
     if by == "ort":
-        session = onnxruntime.InferenceSession(onnx_model.SerializeToString(),
-                                               providers=["CPUExecutionProvider"])
+        session = ort_session(onnx_model)
         return session.run(None, feeds)
     return ReferenceEvaluator(onnx_model).run(None, feeds)
 

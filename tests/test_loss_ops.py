@@ -14,11 +14,10 @@ samples not ignored, so that one combination is checked against onnxruntime.
 
 import numpy as np
 import onnx
-import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from onnx_builders import ISAS
+from onnx_builders import ISAS, ort_session
 
 import pplpy
 
@@ -74,9 +73,7 @@ def _targets(shape, classes, ignore_index, dtype):
 def _expected(model, feeds, op, reduction, ignore_index, weighted):
     if (op == "NegativeLogLikelihoodLoss" and reduction == "mean" and ignore_index == -1
             and not weighted):
-        session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                               providers=["CPUExecutionProvider"])
-        return session.run(None, feeds)
+        return ort_session(model).run(None, feeds)
     with np.errstate(invalid="ignore"):  # a "mean" over ignored samples only is 0/0
         return ReferenceEvaluator(model).run(None, feeds)
 

@@ -111,6 +111,9 @@ class GraphBuilder:
         graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                                   producer_name="pytorch")
+        # The lowest IR version of the opset, as an exporter writes, not the installed onnx's
+        # newest (which an older onnxruntime refuses to load).
+        model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
         onnx.checker.check_model(model, full_check=True)
         return model
 

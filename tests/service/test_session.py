@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 from onnx import helper
-from onnx_builders import FLOAT, make_model
+from onnx_builders import FLOAT, make_model, ort_loadable
 
 import pplpy
 
@@ -45,7 +45,7 @@ def script(ort, model_bytes, x):
 def test_same_script_runs_on_onnxruntime_and_pplpy():
     import onnxruntime  # in the test extra: a missing install must fail, not skip
 
-    data = cnn_model().SerializeToString()
+    data = ort_loadable(cnn_model())
     x = RNG.standard_normal((3, 3, 8, 8)).astype(np.float32)
     want = script(onnxruntime, data, x)
     got = script(pplpy, data, x)

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
-from onnx_builders import FLOAT, ISAS, make_model
+from onnx_builders import FLOAT, ISAS, make_model, ort_session
 
 import pplpy
 from pplpy.optimizer import DEFAULT_PIPELINE
@@ -48,10 +48,7 @@ def onnxruntime_reference(model, feeds):
     """ONNX Runtime's output: the oracle where the model has BatchNormalization, which
     onnx.reference (onnx 1.23) computes unlike the spec's formula (0.3 off on random
     inputs, where ONNX Runtime and pplpy agree to 1e-6)."""
-    import onnxruntime
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]
+    return ort_session(model).run(None, feeds)[0]
 
 
 def load_and_check(model, feeds, isa, tmp_path, kinds, oracle=reference, min_len=2):

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from onnx_builders import ISAS
+from onnx_builders import ISAS, ort_session
 from rnn_oracle import GATES, rnn_oracle
 
 import pplpy
@@ -170,15 +170,12 @@ def test_attributes(case, isa, tmp_path):
 def test_oracle_agrees_with_onnxruntime(case):
     """Where the spec leaves room (alpha/beta order, clip, lengths), the oracle reads it as
     ONNX Runtime does (Affine without alpha/beta is left out: there ORT takes 0, not 1)."""
-    import onnxruntime as ort  # in the test extra: a missing install must fail, not skip
     op, extra = case
     direction = extra.get("direction", "forward")
     arrays = make_case(op, 5, 3, 4, 6, direction, lens=True, peep=op == "LSTM")
     attrs = {"hidden_size": 6, **extra}
     model = model_of(op, arrays, fed=tuple(arrays), **attrs)
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    got = session.run(None, arrays)
+    got = ort_session(model).run(None, arrays)  # onnxruntime: in the test extra, never skipped
     for g, w in zip(got, oracle(op, arrays, attrs)):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
 
