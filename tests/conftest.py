@@ -1,5 +1,7 @@
 """Fixtures shared by the tests."""
 
+import importlib.util
+import os
 import sys
 
 import onnx
@@ -32,15 +34,18 @@ def isa(request):
 
 def pytest_terminal_summary(terminalreporter):
     """Print the ONNX conformance totals: node cases in onnx, cases run, passed, listed."""
-    module = next((m for m in list(sys.modules.values())
-                   if getattr(m, "__file__", "") and m.__file__.endswith("test_onnx_conformance.py")),
-                  None)
-    if module is None:
-        return
     reports = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
                if "test_onnx_conformance.py::test_conformance[" in r.nodeid and r.when == "call"]
     if not reports:
         return
+    module = next((m for m in list(sys.modules.values())
+                   if getattr(m, "__file__", "") and m.__file__.endswith("test_onnx_conformance.py")),
+                  None)
+    if module is None:  # under pytest-xdist the workers ran it: this process never imported it
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_onnx_conformance.py")
+        spec = importlib.util.spec_from_file_location("pplpy_tests_onnx_conformance", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
     cases = {c.name for c in module.CASES}
     listed = cases & set(module.EXCLUDES)
     by_case = {}
