@@ -43,6 +43,7 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.engines.x86.impls.aligned import aligned_empty
 from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
@@ -367,7 +368,7 @@ def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int q
     cdef Py_ssize_t kp_off = ml_off + 2 * QROWS
     cdef Py_ssize_t vp_off = kp_off + _round16(kv_rows * D)
     cdef Py_ssize_t floats = vp_off + _round16(kv_rows * dvp)
-    scratch_array = np.empty((num_threads, floats), np.float32)
+    scratch_array = aligned_empty((num_threads, floats), np.float32)  # floats % 16 == 0
     scratch = scratch_array
     cdef double work = <double>B * Hq * Sq * T * (D + Dv)
     step = new_step(_attention_step, sizeof(AttnArgs), B * Hq * nqb > 1 and work > GRAIN,

@@ -47,6 +47,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.aligned import aligned_zeros
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -179,7 +180,7 @@ def conv_pack_weight(w, int group):
                          f"by group={group}, got {w.shape}")
     oc, icg, kh, kw = w.shape
     packed = _conv_layout(oc, icg, group, kh, kw)
-    data = numpy.zeros(packed.pop("size"), dtype=numpy.float32)
+    data = aligned_zeros(packed.pop("size"), numpy.float32)
     cdef const float[::1] wv = w.reshape(-1)
     cdef float[::1] dv = data
     cdef const long long[:, ::1] pv

@@ -32,6 +32,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.aligned import aligned_empty
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.runtime.step import run_steps
 
@@ -267,7 +268,7 @@ def deconv_pack_weight(w, int group):
     if taps == 0 or icg == 0 or ocg == 0:
         raise ValueError(f"deconv_pack_weight: empty weight {w.shape}")
     nchunks, panels = deconv_layout(ocg, taps)
-    packed = numpy.empty((group * nchunks * panels * icg * PPL_NB,), dtype=numpy.float32)
+    packed = aligned_empty(group * nchunks * panels * icg * PPL_NB, numpy.float32)
     cdef const float[::1] wv = w.reshape(-1)
     cdef float[::1] pv = packed
     cdef Py_ssize_t item, nch = nchunks, npn = panels
@@ -339,7 +340,7 @@ def make_deconv_step(size_t x, size_t y, Py_ssize_t batch, Py_ssize_t in_c, Py_s
                              f"expected {packed_floats}: repack it for this shape")
         packed = packed_w
     else:
-        packed = numpy.empty(packed_floats, dtype=numpy.float32)
+        packed = aligned_empty(packed_floats, numpy.float32)
     if bias is not None:
         bias = numpy.ascontiguousarray(bias, dtype=numpy.float32).reshape(-1)
         if bias.shape[0] != out_c:

@@ -46,6 +46,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.aligned import aligned_zeros
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -125,7 +126,7 @@ def gemm_pack_b(b, bint trans_b):
     cdef Py_ssize_t k = b.shape[1] if trans_b else b.shape[0]
     cdef Py_ssize_t n = b.shape[0] if trans_b else b.shape[1]
     cdef Py_ssize_t npanels = (n + PPL_NB - 1) // PPL_NB
-    packed = numpy.zeros((npanels, k, PPL_NB), dtype=numpy.float32)
+    packed = aligned_zeros((npanels, k, PPL_NB), numpy.float32)
     cdef float[:, :, ::1] pv = packed
     cdef Py_ssize_t s0 = bv.strides[0] // sizeof(float), s1 = bv.strides[1] // sizeof(float)
     if k == 0 or n == 0:

@@ -33,6 +33,7 @@ from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy
 
+from pplpy.engines.x86.impls.aligned import aligned_copy
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -103,7 +104,7 @@ def winograd_pack_weight(w):
     # (36, ic, panel, NB) -> (36, panel, ic blocks, 16, NB)
     data = full.reshape(_POS, icb, PPL_CB, npanels, PPL_NB).transpose(0, 3, 1, 2, 4)
     return {"kind": "winograd_f4x3", "oc": oc, "ic": ic, "npanels": npanels,
-            "data": numpy.ascontiguousarray(data)}
+            "data": aligned_copy(data)}
 
 
 def winograd_panel_groups(Py_ssize_t nblocks, Py_ssize_t npanels, int num_threads):

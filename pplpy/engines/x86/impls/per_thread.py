@@ -10,7 +10,7 @@ is a whole number of lines long."""
 
 import numpy
 
-CACHE_LINE = 64
+from pplpy.engines.x86.impls.aligned import CACHE_LINE, aligned_zeros
 
 
 def per_thread_buffer(num_threads, count, dtype):
@@ -24,6 +24,4 @@ def per_thread_buffer(num_threads, count, dtype):
     per_line = CACHE_LINE // itemsize
     stride = -(-max(int(count), 1) // per_line) * per_line
     size = max(int(num_threads), 1) * stride
-    raw = numpy.zeros(size + per_line, dtype)
-    start = (-raw.ctypes.data % CACHE_LINE) // itemsize
-    return raw[start:start + size], stride
+    return aligned_zeros(size, dtype), stride
