@@ -35,9 +35,13 @@ typedef int ppl_vi __attribute__((vector_size(PPL_VLEN * 4)));
 
 /* Register blocking: PPL_MR rows x PPL_NV vectors of accumulators (PPL_NB = PPL_NV * PPL_VLEN
  * columns).  AVX-512 14 x 2 zmm (28 of 32 registers) and AVX2 6 x 2 ymm (12 of 16) were
- * measured at 93-98% of peak (PERFORMANCE.md); SSE 6 x 2 xmm leaves 4 of 16 for B and the
- * broadcast.  PPL_NB must be a multiple of 16 or divide 16, so that no vector straddles a
- * 16-channel block of an N16CX output. */
+ * measured at 93-98% of peak (PERFORMANCE.md).  SSE 2 x 4 xmm (2 rows x 16 columns): with
+ * two-operand instructions every multiply-add is a register copy, a multiply (its B vector
+ * read from memory) and an add, and 6 x 2 (12 accumulators) left too few registers for
+ * those copies; gcc kept B and the broadcasts on the stack.  benchmarks/brgemm_harness.c
+ * built for SSE on a Zen 4 EPYC, GEMM 512 x 768 x 512: 6 x 2 at 74-80% of the tier's peak
+ * whatever the K unroll, 2 x 4 unrolled 4 times at 86-92%.  PPL_NB must be a multiple of 16
+ * or divide 16, so that no vector straddles a 16-channel block of an N16CX output. */
 #ifndef PPL_MR  /* a test build may set PPL_MR and PPL_NV to try another tier's blocking */
 #if PPL_VLEN == 16
 #define PPL_MR 14
@@ -46,8 +50,8 @@ typedef int ppl_vi __attribute__((vector_size(PPL_VLEN * 4)));
 #define PPL_MR 6
 #define PPL_NV 2
 #elif PPL_VLEN == 4
-#define PPL_MR 6
-#define PPL_NV 2
+#define PPL_MR 2
+#define PPL_NV 4
 #else
 #error "PPL_VLEN must be 4, 8 or 16"
 #endif
@@ -61,11 +65,13 @@ typedef int ppl_vi __attribute__((vector_size(PPL_VLEN * 4)));
  * 9 x (3136 x 192 x 64) and a 512 x 768 x 512 GEMM at 89-91% and 72-74% of the core's FMA
  * peak in two runs with 16, at 94-96% in both with 8 (the same stack traffic in both builds:
  * no spills either way, so the front end, not the registers).  pplpy's brgemm.py there: square
- * 57% -> 72%, batch-reduce 58% -> 67%.  On a Zen 4 EPYC both unrolls ran at 95-97%.  The
- * narrower tiers keep 16 (not measured there). */
+ * 57% -> 72%, batch-reduce 58% -> 67%.  On a Zen 4 EPYC both unrolls ran at 95-97%.  AVX2
+ * keeps 16 (not measured); SSE's 2 x 4 tile runs best unrolled 4 times (of 4, 8 and 16). */
 #ifndef PPL_KUNROLL
 #if PPL_VLEN == 16
 #define PPL_KUNROLL 8
+#elif PPL_VLEN == 4
+#define PPL_KUNROLL 4
 #else
 #define PPL_KUNROLL 16
 #endif
@@ -316,9 +322,9 @@ PPL_UNROLL(PPL_KUNROLL)
 /* M rows (a compile-time constant after inlining), one accumulator per row and vector.  A
  * convolution always steps k = 16 (one channel block) per batch element: that case gets a
  * copy with the k loop fully unrolled, since its loop overhead is otherwise paid every 16
- * steps.  Not on SSE: with two-operand instructions every multiply needs a register copy, the
- * 6 x 2 tile already takes all 16 xmm registers, and the unrolled copy ran the conv's
- * batch-reduce at 36% of the tier's peak against 75% with the plain loop (benchmarks/brgemm.py,
+ * steps.  Not on SSE: with two-operand instructions every multiply needs a register copy,
+ * and the unrolled copy (with the 6 x 2 tile SSE had then) ran the conv's batch-reduce at 36%
+ * of the tier's peak against 75% with the plain loop (benchmarks/brgemm.py,
  * 9 x (3136 x 64 x 64)). */
 PPL_INLINE void ppl_brgemm_tile(const int M, ptrdiff_t nbatch, const float **a, const float **b,
                                 ptrdiff_t k, ptrdiff_t lda, float *c, ptrdiff_t ldc,
