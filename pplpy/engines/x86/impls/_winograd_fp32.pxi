@@ -22,8 +22,9 @@
 # bits.  Where there are fewer tile blocks than threads (ResNet's 14x14 layers have 16 tiles:
 # one or two blocks), the output channels are split into panel groups as well, so that a
 # 16-thread team has 16 items; each group repeats its block's input transform (a few percent
-# of the GEMMs' work per group).  Splitting by channels changes no sum: same bits again.  Pixels outside the image read as zero, so padding is never materialised; tiles
-# hanging over the bottom or right edge of the output write only their valid pixels.
+# of the GEMMs' work per group).  Splitting by channels changes no sum: same bits again.
+# Pixels outside the image read as zero, so padding is never materialised; tiles hanging over
+# the bottom or right edge of the output write only their valid pixels.
 #
 # Packed weights are a dict (layout private to this module's tier):
 #   kind "winograd_f4x3": data float32 (36, npanels, ICB, 16, PPL_NB): U_t for output

@@ -4,8 +4,8 @@ numpy aligns an array's data to 16 bytes only: a large array comes from mmap, a 
 plus the allocator's 16-byte header, so a packed conv weight began 48 bytes into a cache line
 and every 64-byte AVX-512 load of a weight panel straddled two lines.  An Intel core serves
 such a split load with two cache accesses, and the microkernel issues one or two panel loads
-per k step between its FMAs; a Zen 4 core, which splits a 512-bit load into 256-bit halves
-anyway, measured no difference (session 8).  The panels, the per-thread scratch and the arena
+per k step between its FMAs.  On a Zen 4 core, which splits a 512-bit load into 256-bit
+halves anyway, a C replica of the GEMM loop measured no difference (session 8).  The panels, the per-thread scratch and the arena
 (runtime/memory_planner.py) all start on a line."""
 
 import numpy

@@ -1,5 +1,5 @@
 """Packed weights and scratch start on a 64-byte cache line (impls/aligned.py): a panel that
-does not straddles two lines at every vector load."""
+did not would straddle two lines at every vector load."""
 
 import numpy as np
 import pytest
