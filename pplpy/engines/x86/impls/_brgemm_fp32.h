@@ -296,11 +296,13 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
         ppl_post_chain_tile(chain, chain_first, c, ldc, cbs, M, n_valid, col0);
 }
 
-/* acc[r][v] += sum over the batch of A_i[r, :k] . B_i[:k, v-th vector]; M and (when the
- * caller passes a literal) k are compile-time constants after inlining. */
+/* acc[r][v] += sum over the batch of A_i[r, :k] . B_i[:k, v-th vector]; M, abc and (when the
+ * caller passes a literal) k are compile-time constants after inlining.  abc: A holds every
+ * element already broadcast to a whole vector (PPL_A_BCAST below; lda still counts
+ * elements). */
 PPL_INLINE void ppl_tile_accumulate(const int M, ptrdiff_t nbatch, const float **a,
                                     const float **b, const ptrdiff_t k, ptrdiff_t lda,
-                                    ppl_vf acc[][PPL_NV]) {
+                                    ppl_vf acc[][PPL_NV], const int abc) {
     for (ptrdiff_t i = 0; i < nbatch; i++) {
         const float *ai = a[i];
         const float *bi = b[i];
@@ -311,7 +313,8 @@ PPL_UNROLL(PPL_KUNROLL)
             for (int v = 0; v < PPL_NV; v++) bv[v] = ppl_load(bi + kk * PPL_NB + v * PPL_VLEN);
 #pragma GCC unroll 16
             for (int r = 0; r < M; r++) {
-                const ppl_vf av = ppl_splat(ai[r * lda + kk]);
+                const ppl_vf av = abc ? ppl_load(ai + (r * lda + kk) * PPL_VLEN)
+                                      : ppl_splat(ai[r * lda + kk]);
 #pragma GCC unroll 4
                 for (int v = 0; v < PPL_NV; v++) acc[r][v] += av * bv[v];
             }
@@ -328,7 +331,8 @@ PPL_UNROLL(PPL_KUNROLL)
  * 9 x (3136 x 64 x 64)). */
 PPL_INLINE void ppl_brgemm_tile(const int M, ptrdiff_t nbatch, const float **a, const float **b,
                                 ptrdiff_t k, ptrdiff_t lda, float *c, ptrdiff_t ldc,
-                                ptrdiff_t cbs, int n_valid, const ppl_epilogue *ep) {
+                                ptrdiff_t cbs, int n_valid, const ppl_epilogue *ep,
+                                const int abc) {
     ppl_vf acc[PPL_MR][PPL_NV];
 #pragma GCC unroll 16
     for (int r = 0; r < M; r++)
@@ -336,10 +340,10 @@ PPL_INLINE void ppl_brgemm_tile(const int M, ptrdiff_t nbatch, const float **a, 
         for (int v = 0; v < PPL_NV; v++) acc[r][v] = ppl_splat(0.0f);
 #if PPL_VLEN > 4
     if (k == PPL_CB)
-        ppl_tile_accumulate(M, nbatch, a, b, PPL_CB, lda, acc);
+        ppl_tile_accumulate(M, nbatch, a, b, PPL_CB, lda, acc, abc);
     else
 #endif
-        ppl_tile_accumulate(M, nbatch, a, b, k, lda, acc);
+        ppl_tile_accumulate(M, nbatch, a, b, k, lda, acc, abc);
     ppl_epilogue_store(M, acc, n_valid, c, ldc, cbs, ep);
 }
 
@@ -443,7 +447,7 @@ static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nba
                        ptrdiff_t k, ptrdiff_t lda, float *c, ptrdiff_t ldc, ptrdiff_t cbs,
                        const ppl_epilogue *ep) {
 #define PPL_TILE_CASE(M) \
-    case M: ppl_brgemm_tile(M, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep); break;
+    case M: ppl_brgemm_tile(M, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep, 0); break;
     if (m == PPL_MR2 && n_valid <= PPL_NB / 2) {
         ppl_brgemm_narrow(n_valid, nbatch, a, b, k, lda, c, ldc, cbs, ep);
         return;
@@ -509,7 +513,7 @@ static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nb
         if (narrow)
             ppl_brgemm_narrow(n_valid, nbatch, a, b, k, lda, c, ldc, cbs, ep);
         else
-            ppl_brgemm_tile(PPL_MR, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep);
+            ppl_brgemm_tile(PPL_MR, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep, 0);
         for (ptrdiff_t i = 0; i < nbatch; i++) a[i] += step * lda;
     }
     while (count > 0) {  /* at most two short tiles (a narrow run's rest can exceed PPL_MR) */
@@ -519,6 +523,44 @@ static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nb
         c += m * ldc;
         count -= m;
     }
+}
+
+/* PPL_A_BCAST: whether a GEMM copies its A chunk with every element broadcast to a whole
+ * vector (PPL_VLEN floats), so that the tile reads each broadcast with one load.  SSE has no
+ * broadcast load: a splat is a scalar load and a shuffle, and with two-operand instructions
+ * each multiply-add also needs a register copy, so the 2 x 4 tile issued 28 instructions per
+ * k for 16 multiplies and adds, more than the front end passes in the 4 cycles that the
+ * multiply and add pipes need.  The broadcast copy takes 2 of those away:
+ * benchmarks/brgemm_harness.c built for SSE on the 2-core Zen 4 EPYC, 512 x 768 x 512 at
+ * 41.4 -> 48.2 GFLOP/s (82 -> 96% of the 50.2 that benchmarks/peak.py measures), 128 x 768 x
+ * 768 41.9 -> 46.8-49.4.  AVX2 and AVX-512 broadcast from memory in one instruction. */
+#if PPL_VLEN == 4
+#define PPL_A_BCAST 1
+#else
+#define PPL_A_BCAST 0
+#endif
+
+/* One GEMM tile, 1 <= m <= PPL_MR rows, of A laid out for this tier: broadcast
+ * (PPL_A_BCAST; lda counts elements) or plain, one batch element. */
+static __attribute__((unused)) void ppl_brgemm_gemm(int m, int n_valid, const float *a,
+                                                    const float *b, ptrdiff_t k,
+                                                    ptrdiff_t lda, float *c, ptrdiff_t ldc,
+                                                    const ppl_epilogue *ep) {
+#if PPL_A_BCAST
+#define PPL_GEMM_CASE(M) \
+    case M: ppl_brgemm_tile(M, 1, &a, &b, k, lda, c, ldc, PPL_CB, n_valid, ep, 1); break;
+    switch (m) {
+    PPL_GEMM_CASE(1)
+    PPL_GEMM_CASE(2)
+#if PPL_MR > 2
+#error "PPL_A_BCAST tiers have at most 2 rows per tile"
+#endif
+    default: break;
+    }
+#undef PPL_GEMM_CASE
+#else
+    ppl_brgemm(m, n_valid, 1, &a, &b, k, lda, c, ldc, PPL_CB, ep);
+#endif
 }
 
 /* ---- Depthwise convolution on N16CX: one 16-channel block, vectorised over channels. ---- */

@@ -9,6 +9,7 @@ cdef extern from "_brgemm_fp32.h" nogil:
         PPL_MR       # rows per register tile
         PPL_NB       # columns per packed B panel
         PPL_CB       # channels per N16CX block (16)
+        PPL_A_BCAST  # 1: a GEMM's copied A holds each element broadcast to a vector
 
     ctypedef struct ppl_epilogue:
         float alpha
@@ -36,6 +37,8 @@ cdef extern from "_brgemm_fp32.h" nogil:
     void ppl_brgemm_run(Py_ssize_t count, Py_ssize_t nbatch, const float **a,
                         const float **b, Py_ssize_t k, Py_ssize_t lda, float *c,
                         Py_ssize_t ldc, Py_ssize_t cbs, int n_valid, const ppl_epilogue *ep)
+    void ppl_brgemm_gemm(int m, int n_valid, const float *a, const float *b, Py_ssize_t k,
+                         Py_ssize_t lda, float *c, Py_ssize_t ldc, const ppl_epilogue *ep)
 
     void ppl_dw_row(const float *x, Py_ssize_t H, Py_ssize_t W, const float *w,
                     const float *bias, float *y, Py_ssize_t OW, Py_ssize_t oh, int KH, int KW,

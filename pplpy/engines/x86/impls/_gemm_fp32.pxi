@@ -26,6 +26,8 @@
 # and the tile then reads A from L2 (K = 3072 ran at about half of peak).  When K is one
 # chunk, the copy serves every item of the same rows that a thread takes in a row (the
 # other panel groups of the block): at one thread BERT's N = 3072 GEMM copied A 12 times.
+# On SSE (PPL_A_BCAST) the copy also broadcasts every element to a whole vector, which saves
+# the tile a shuffle per row and k (_brgemm_fp32.h says what it measured).
 # The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
 # 2 x 12 rather than 9 x 14 + 2: a 2-row tile loads as much B per FMA as it computes).
 # Work items are independent output blocks: thread tid of the team takes its contiguous
@@ -143,11 +145,21 @@ cdef void _copy_a_chunk(const float *a, Py_ssize_t lda, int trans_a, Py_ssize_t 
                         Py_ssize_t k0, Py_ssize_t kc_len, float *dst,
                         Py_ssize_t ldd) noexcept nogil:
     """dst[r * ldd + kk] = A[r, k0 + kk] for r < nrows, kk < kc_len; A's row r at a + r * lda
-    (or, with trans_a, column r of the stored K x M)."""
-    cdef Py_ssize_t r, kk
+    (or, with trans_a, column r of the stored K x M).  Where PPL_A_BCAST, element
+    r * ldd + kk is instead the PPL_VLEN floats from (r * ldd + kk) * PPL_VLEN, all equal to
+    A[r, k0 + kk]."""
+    cdef Py_ssize_t r, kk, l
     cdef const float *src
     cdef float *d
-    if trans_a:
+    cdef float x
+    if PPL_A_BCAST:
+        for r in range(nrows):
+            d = dst + r * ldd * PPL_VLEN
+            for kk in range(kc_len):
+                x = a[(k0 + kk) * lda + r] if trans_a else a[r * lda + k0 + kk]
+                for l in range(PPL_VLEN):
+                    d[kk * PPL_VLEN + l] = x
+    elif trans_a:
         for kk in range(kc_len):
             src = a + (k0 + kk) * lda
             for r in range(nrows):
@@ -168,8 +180,9 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
     """out[rows [0, nrows), panels] of the product, K chunk by K chunk (first chunk adds
     addend and bias, last applies the post-op).  a points at row 0 of the block (row r at
     + r * lda, or with trans_a column r of a K x M matrix), pb at panel panel_lo; each K
-    chunk of A goes through a_pack (nrows x lda_pack floats) first, unless a_ready says
-    that a_pack already holds this block's only chunk."""
+    chunk of A goes through a_pack (nrows x lda_pack elements, each PPL_VLEN floats where
+    PPL_A_BCAST) first, unless a_ready says that a_pack already holds this block's only
+    chunk."""
     cdef ppl_epilogue ep
     cdef Py_ssize_t k0 = 0, p, row0, kc_len, tile, ntiles, tile_rows, taller
     cdef const float *a_ptr
@@ -198,14 +211,14 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
             row0 = 0
             for tile in range(ntiles):
                 mm = <int>(tile_rows + (1 if tile < taller else 0))
-                a_ptr = a_pack + row0 * lda_pack
+                a_ptr = a_pack + row0 * lda_pack * (PPL_VLEN if PPL_A_BCAST else 1)
                 b_ptr = pb + ((p - panel_lo) * k + k0) * PPL_NB
                 if k0 == 0 and ep_final.addend != NULL:
                     ep.addend = &ep_final.addend[row0 * n + p * PPL_NB]
                 if k0 == 0 and ep_final.bias != NULL:
                     ep.bias = &ep_final.bias[p * PPL_NB]
-                ppl_brgemm(mm, n_valid, 1, &a_ptr, &b_ptr, kc_len, lda_pack,
-                           out + row0 * n + p * PPL_NB, n, PPL_CB, &ep)
+                ppl_brgemm_gemm(mm, n_valid, a_ptr, b_ptr, kc_len, lda_pack,
+                                out + row0 * n + p * PPL_NB, n, &ep)
                 row0 += mm
         k0 += kc_len
         if k0 >= k:
@@ -355,14 +368,16 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     ngroups = min(ngroups, npanels)
     cdef Py_ssize_t panels_per_group = (npanels + ngroups - 1) // ngroups
     cdef Py_ssize_t rows_per_block = tiles_per_block * PPL_MR
-    cdef Py_ssize_t kc_max = min(<Py_ssize_t>_KC_MAX, max(<Py_ssize_t>_KC_MIN,
-                                                          _A_CHUNK_FLOATS // rows_per_block))
+    cdef Py_ssize_t a_vec = PPL_VLEN if PPL_A_BCAST else 1   # floats per copied A element
+    cdef Py_ssize_t kc_max = min(<Py_ssize_t>_KC_MAX,
+                                 max(<Py_ssize_t>_KC_MIN,
+                                     _A_CHUNK_FLOATS // (rows_per_block * a_vec)))
     cdef Py_ssize_t nkc = max(1, (k + kc_max - 1) // kc_max)
     cdef Py_ssize_t kc = (k + nkc - 1) // nkc if k > 0 else 1
     cdef Py_ssize_t lda_pack = (kc + 15) // 16 * 16 + _A_PAD
 
     # per thread: the panel group packed at run time (raw B), then the copied A chunk
-    cdef Py_ssize_t scratch_floats = rows_per_block * lda_pack
+    cdef Py_ssize_t scratch_floats = rows_per_block * lda_pack * a_vec
     if not b_packed:
         scratch_floats += panels_per_group * k * PPL_NB
     scratch_floats = (scratch_floats + 15) // 16 * 16

@@ -131,8 +131,10 @@ def run_threads(make, threads=(1, 2, 3)):
     return results
 
 
+# (41, 33, 1100): an odd last row and two K chunks on every tier, the copied A (broadcast on
+# sse) read at the second chunk's offset, transposed or not
 @pytest.mark.parametrize("m,n,k", [(1, 1000, 300), (29, 70, 300), (3136 // 16, 64, 576 // 4),
-                                   (5, 3, 0), (17, 33, 17)])
+                                   (5, 3, 0), (17, 33, 17), (41, 33, 1100)])
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
 def test_gemm_step_threads_bitwise(gemm, m, n, k, packed, trans_a, trans_b):
