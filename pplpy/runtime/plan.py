@@ -182,8 +182,9 @@ class ExecutionPlan:
         for name, array in feeds.items():
             np.copyto(self.input_views[name], array)
         if profiler is not None and profiler.enabled:
-            for node, seconds in zip(self.step_nodes, self.plan.run_profiled()):
-                profiler.record(node, seconds)
+            for node, step, seconds in zip(self.step_nodes, self.plan.steps,
+                                           self.plan.run_profiled()):
+                profiler.record(node, seconds, step.work_items)
             profiler.runs += 1
         else:
             self.plan.run()

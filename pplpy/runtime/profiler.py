@@ -6,7 +6,8 @@
     rt.profiler.save_trace("out.json") # open in https://ui.perfetto.dev or chrome://tracing
 
 A trace holds one complete event ("ph": "X") per step per run: name = op type, args = node
-name, input and output shapes with their formats, the kernel's class and algorithm.  Events
+name, input and output shapes with their formats, the kernel's class and algorithm, and the
+work items the step is cut into for the thread team (``node_items`` keeps them per node).  Events
 of a run are laid end to end from the run's start (the plan runs its steps in order).
 """
 
@@ -27,6 +28,7 @@ class Profiler:
         self.runs = 0
         self.node_times = defaultdict(float)  # node name -> seconds over all runs
         self.node_types = {}
+        self.node_items = {}  # node name -> work items of its largest step (0: not reported)
         self.trace_events = []
         self._origin = clock()
         self._cursor = None  # microseconds since origin where the next step starts
@@ -36,6 +38,7 @@ class Profiler:
     def reset(self):
         self.runs = 0
         self.node_times.clear()
+        self.node_items.clear()
         self.trace_events.clear()
         self._cursor = None
 
@@ -46,9 +49,12 @@ class Profiler:
         self._kernels = kernels or {}
         self._cursor = (clock() - self._origin) * 1e6
 
-    def record(self, node, seconds):
+    def record(self, node, seconds, work_items=0):
+        """One step of ``node`` took ``seconds``; ``work_items``: the independent items the
+        step is cut into for the thread team (fewer than the threads leave some idle)."""
         self.node_times[node.name] += seconds
         self.node_types[node.name] = node.op_type
+        self.node_items[node.name] = max(self.node_items.get(node.name, 0), work_items)
         if self._cursor is None:
             self._cursor = (clock() - self._origin) * 1e6
         duration = seconds * 1e6
@@ -61,12 +67,14 @@ class Profiler:
                 "dur": round(duration, 3),
                 "pid": os.getpid(),
                 "tid": 0,
-                "args": self._args(node),
+                "args": self._args(node, work_items),
             })
         self._cursor += duration
 
-    def _args(self, node):
+    def _args(self, node, work_items=0):
         args = {"node": node.name, "op_type": node.op_type}
+        if work_items:
+            args["work_items"] = work_items
         plan = self._plan
         shapes = getattr(plan, "tensor_shapes", None) or {}
         graph = getattr(plan, "graph", None)

@@ -36,6 +36,8 @@ cdef class Step:
     cdef bint owns_args        # args came from new_step and are freed with the step
     cdef readonly bint parallel
     cdef public str label      # shown by the profiler and --dump-graph
+    cdef public Py_ssize_t work_items  # independent work items a parallel step is cut into,
+                                       # shown by the profiler (0: not reported)
     cdef public object keep    # Python objects whose memory the args point into
 
 

@@ -461,9 +461,13 @@ def format_profile(profiler):
     runs = profiler.runs
     per_node = profiler.per_node()
     total = sum(ms for _, _, ms in per_node) or 1.0
+    items = profiler.node_items
     lines = [f"profile per node (mean over {runs} run(s)):"]
-    lines += _table(["node", "op type", "ms", "%"],
-                    [(n, t, f"{ms:.4f}", f"{100 * ms / total:.1f}") for n, t, ms in per_node], 2)
+    lines += _table(["node", "op type", "ms", "%", "items"],
+                    [(n, t, f"{ms:.4f}", f"{100 * ms / total:.1f}", str(items.get(n) or ""))
+                     for n, t, ms in per_node], 3)
+    lines.append("  items: the work items a node's step is cut into for the thread team "
+                 "(fewer than the threads leave some idle)")
     lines.append(f"profile per op type (mean over {runs} run(s)):")
     lines += _table(
         ["op type", "nodes", "ms", "%"],

@@ -172,6 +172,28 @@ def test_profiling_tables(capsys, small_model):
     assert "total of nodes: " in type_table
 
 
+def test_profile_shows_work_items_per_thread_team(capsys, save_model):
+    """A pointwise conv on a 28 x 28 map with 40 output channels (two panels on avx512) has
+    8 items at one thread, too few for 8 threads until the step cuts its pixels finer: the
+    items column shows at least two per thread."""
+    w = np.random.default_rng(0).standard_normal((40, 32, 1, 1)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="pw")],
+                       [("x", FLOAT, [1, 32, 28, 28])], [("y", FLOAT, [1, 40, 28, 28])],
+                       initializers=[("w", w)])
+    path = save_model(model)
+
+    def items(threads):
+        status, out, _ = run_cli(capsys, "--onnx-model", path, "--enable-profiling",
+                                 "--num-threads", threads, "--warmup-iterations", 1,
+                                 "--min-profiling-iterations", 1)
+        assert status == 0
+        assert "  items: the work items a node's step is cut into" in out
+        row = next(line.split() for line in out.splitlines() if line.split()[:2] == ["pw", "Conv"])
+        return int(row[4])
+
+    assert items(8) >= 16 and items(8) >= items(1)
+
+
 def test_timed_runs_without_profiling(capsys, small_model):
     status, out, _ = run_cli(capsys, "--onnx-model", small_model,
                              "--min-profiling-iterations", 2)

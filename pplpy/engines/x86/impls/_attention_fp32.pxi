@@ -395,6 +395,7 @@ def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int q
     a.scale = scale
     a.softcap = softcap
     a.qrows, a.nqb, a.items = qrows, nqb, B * Hq * nqb
+    step.work_items = a.items
     a.dvp, a.whole, a.kv_rows = dvp, whole, kv_rows
     a.s_off, a.acc_off, a.ml_off, a.kp_off, a.vp_off = s_off, acc_off, ml_off, kp_off, vp_off
     a.scratch = &scratch[0, 0]

@@ -525,6 +525,16 @@ static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nb
     }
 }
 
+/* One row, summed in the order of the tiles (ppl_brgemm's one-row case interleaves four
+ * partial sums to hide the FMA latency, which rounds differently): for a caller whose rows
+ * fall into tiles differently from one split into work items to another, and whose bits must
+ * not depend on that split.  Latency-bound: only for an odd row at the end of a run. */
+static __attribute__((noinline, unused)) void ppl_brgemm_row1_tiled(
+        ptrdiff_t nbatch, const float **a, const float **b, ptrdiff_t k, float *c,
+        ptrdiff_t cbs, int n_valid, const ppl_epilogue *ep) {
+    ppl_brgemm_tile(1, nbatch, a, b, k, 0, c, PPL_CB, cbs, n_valid, ep, 0);
+}
+
 /* PPL_A_BCAST: whether a GEMM copies its A chunk with every element broadcast to a whole
  * vector (PPL_VLEN floats), so that the tile reads each broadcast with one load.  SSE has no
  * broadcast load: a splat is a scalar load and a shuffle, and with two-operand instructions

@@ -33,8 +33,11 @@
 # row segment, panel) are independent output blocks, and thread tid of the team takes its
 # contiguous share (ppl_partition).  A weight computed at run time is packed by the item
 # that uses it (an item is then a whole panel, packed once into its thread's scratch), so
-# no barrier is needed.  The split does not depend on the thread count: every thread count
-# gives the same bits.
+# no barrier is needed.  A small layer is cut into more items for a larger team (at least
+# _ITEMS_PER_THREAD per thread where the output allows: shorter pixel segments of a pointwise
+# conv, fewer rows per item otherwise), but every output pixel is summed in the same order
+# whatever the cut, so every thread count gives the same bits: segments are whole narrow
+# tiles from pixel 0, and a tile of one row that only a cut makes runs in the tiles' order.
 #
 # Packed weights are a dict (layout private to this module's tier):
 #   kind "dense":     data float32 flat; panels int64 (npanels, 3) = (offset into data,
@@ -76,6 +79,10 @@ cdef enum:
     # Output pixels a work item covers at least (rows permitting): a panel's weights, read
     # from L2, then serve many pixels, and border columns get tiles several rows tall.
     _ITEM_PIXELS = 32 * PPL_MR
+    # Work items per thread of the team at least, where the output allows: a layer with few
+    # output-channel panels on a small map (MobileNetV2's 7x7 projections had 3-5 items, a
+    # ResNet-50 stride-2 3x3 into 14x14 had 8) otherwise leaves most of 16 threads idle.
+    _ITEMS_PER_THREAD = 2
     _PARALLEL_FLOPS = 1 << 20   # a smaller conv runs as a serial step
     # Floats of one depthwise slab (_dwconv_fp32.h) at most (128 KB): L2-resident while its
     # item computes from it, and tall enough that the rows two items share are few.
@@ -273,7 +280,7 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     cdef int kc = 1 if d.planar else d.kc
     if d.planar:  # one block: the image's kc planes
         x_n = x + n * d.kc * d.H * d.W
-    cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb
+    cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb, col_rows
     cdef ppl_epilogue ep = ep_base[0]
     ep.bias = bias
     ep.col0 = col0
@@ -284,18 +291,19 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     if ow_lo >= ow_hi:
         ow_lo = ow_hi = ow_end
     _interior_rows(d, &r_lo, &r_hi)
-    r_lo = max(r_lo, oh_lo)
-    r_hi = min(r_hi, oh_hi)
-    if r_lo >= r_hi:
-        r_lo = r_hi = oh_hi
 
     # The last (ow_hi - ow_lo) % MR interior columns would make a short tile in every row;
     # where the rows allow, they go down their columns in tall tiles instead (a 7-wide
-    # output becomes 6-wide row tiles and one 7-tall column).
+    # output becomes 6-wide row tiles and one 7-tall column).  Decided on the layer's
+    # interior rows, not the item's, so that it does not depend on the split into items.
     cdef Py_ssize_t rest = (ow_hi - ow_lo) % PPL_MR
     cdef Py_ssize_t ow_split = ow_hi
     if rest > 0 and rest * _ceil_div(r_hi - r_lo, PPL_MR) < r_hi - r_lo:
         ow_split = ow_hi - rest
+    r_lo = max(r_lo, oh_lo)
+    r_hi = min(r_hi, oh_hi)
+    if r_lo >= r_hi:
+        r_lo = r_hi = oh_hi
 
     # Row interiors (every tap along W fits; rows may lose kernel rows at the top/bottom).
     cdef Py_ssize_t end
@@ -311,10 +319,17 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
         if ow_lo <= ow < ow_split:
             continue
         if r_lo < r_hi:
+            # The item's rows depend on the team size; a last tile of one row goes in the
+            # tiles' order of summation (ppl_brgemm_row1_tiled), so no split changes a bit.
             nb = _gather_taps(d, x_n, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
-            ppl_brgemm_run(r_hi - r_lo, nb, a_ptrs, b_ptrs, kc, <Py_ssize_t>d.sh * d.W * d.ps,
+            col_rows = r_hi - r_lo - (1 if (r_hi - r_lo) % PPL_MR == 1 else 0)
+            ppl_brgemm_run(col_rows, nb, a_ptrs, b_ptrs, kc, <Py_ssize_t>d.sh * d.W * d.ps,
                            y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid,
                            &ep)
+            if col_rows < r_hi - r_lo:
+                ppl_brgemm_row1_tiled(nb, a_ptrs, b_ptrs, kc,
+                                      y_p + ((r_hi - 1) * d.OW + ow) * PPL_CB, cbs, n_valid,
+                                      &ep)
         if ow_lo <= ow < ow_hi:
             continue  # an interior column: its other rows were done along their rows
         for oh in range(oh_lo, oh_hi):
@@ -542,8 +557,10 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     d.ps = 1 if x_planar else PPL_CB
     # Row segments of a few dozen tiles: the input they read stays in L2 across panels.
     d.seg = PPL_MR * 16
-    if (not depthwise and kh == 1 and kw == 1 and stride_h == 1 and stride_w == 1
-            and pad_top == 0 and pad_left == 0 and OH == H and OW == W):
+    cdef bint pointwise = (not depthwise and kh == 1 and kw == 1 and stride_h == 1
+                           and stride_w == 1 and pad_top == 0 and pad_left == 0 and OH == H
+                           and OW == W)
+    if pointwise:
         # A pointwise conv is one long row of H*W pixels: no row-end tails.
         d.W = d.OW = H * W
         d.H = d.OH = 1
@@ -563,7 +580,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     cdef Py_ssize_t scratch_floats = _BIAS_TMP  # a run-time bias
     cdef Py_ssize_t taps = <Py_ssize_t>kh * kw
     cdef Py_ssize_t mult = out_c // in_c if depthwise else 1
-    cdef Py_ssize_t nrowblk = 1, rows = 1, nseg = 1
+    cdef Py_ssize_t nrowblk = 1, rows = 1, nseg = 1, want, unit
     # Square 3x3 / 5x5, stride 1 or 2, no dilation: the kernel of _dwconv_fp32.h; on narrow
     # planes through a slab, items of as many output rows as fit _DW_SLAB_FLOATS (at least
     # one); on wide ones row by row, with a row of zeros and a K x K edge buffer.
@@ -602,7 +619,18 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
             nseg = _ceil_div(d.OW, d.seg)
             # Items span several rows unless rows are long (see _ITEM_PIXELS).
             nrowblk = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
+            want = _ceil_div(_ITEMS_PER_THREAD * num_threads, batch * npanels)
+            if nrowblk * nseg < want:  # too few items for the team (_ITEMS_PER_THREAD)
+                if pointwise:
+                    # Shorter segments of whole narrow tiles (2 * PPL_MR pixels) from pixel
+                    # 0: the tiles, and so every output's bits, are those of one segment.
+                    unit = 2 * PPL_MR
+                    d.seg = unit * max(<Py_ssize_t>1, _ceil_div(d.OW, unit) // want)
+                    nseg = _ceil_div(d.OW, d.seg)
+                else:
+                    nrowblk = min(d.OH, _ceil_div(want, nseg))
             rows = _ceil_div(d.OH, nrowblk)
+            nrowblk = _ceil_div(d.OH, rows)
             nitems = batch * nrowblk * nseg * npanels
     # Each thread's slices on cache lines of their own (per_thread.py): whole lines.
     scratch_floats = _ceil_div(scratch_floats, 16) * 16
@@ -649,6 +677,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     # activation in ppl_dw_row.  The rest over the stored tile or row.
     _split_post_chain(&c.chain, &c.ep, not depthwise, depthwise)
     c.nrowblk, c.rows, c.nseg, c.nitems = nrowblk, rows, nseg, nitems
+    step.work_items = nitems
     c.fixed, c.wp = fixed, wp
     c.ptrs = <const float **>&ptrs_v[0]
     c.cap = cap

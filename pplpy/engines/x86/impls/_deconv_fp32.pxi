@@ -389,6 +389,7 @@ def make_deconv_step(size_t x, size_t y, Py_ssize_t batch, Py_ssize_t in_c, Py_s
     a.scratch_floats = scratch_floats
     a.max_threads = num_threads
     _fill_post_chain(&a.chain, [tuple(e) for e in post_chain], y, out_c, "make_deconv_step")
+    step.work_items = batch * group * nchunks
     if packed_w is not None:
         return [step]
     cdef Step pack = new_step(_deconv_pack_step, sizeof(_DeconvArgs),

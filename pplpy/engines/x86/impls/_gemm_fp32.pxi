@@ -431,6 +431,7 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     g.scratch = &scratch_v[0]  # slices on cache lines of their own (per_thread.py)
     g.scratch_floats = scratch_floats
     g.max_threads = num_threads
+    step.work_items = batch * (1 if g.pack_b else nmblocks) * ngroups
     return step
 
 

@@ -302,6 +302,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.H, c.W, c.OH, c.OW, c.TH, c.TW, c.pt, c.pl = H, W, OH, OW, TH, TW, pad_top, pad_left
     c.ngroups, c.group_panels = _ceil_div(npanels, group_panels), group_panels
     c.tiles, c.block, c.nitems = tiles, block, _ceil_div(tiles, block) * c.ngroups
+    step.work_items = c.nitems
     # With fewer than 16 input channels the rest of the block is padding: reduce over the
     # real channels only (their weight rows come first).
     c.kc = in_c if icb == 1 else PPL_CB

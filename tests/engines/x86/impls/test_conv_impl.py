@@ -230,13 +230,39 @@ CONV_CASES = [
     (2, 40, 40, 40, 9, 11, 3, 3, (2, 1), (1, 1), (1, 1)),      # depthwise, tail block
     (1, 8, 24, 8, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1)),         # channel multiplier 3
     (1, 3, 8, 1, 15, 15, 5, 5, (2, 2), (2, 2), (1, 1)),        # RGB first layer
+    # Small layers that larger teams cut into more items (_ITEMS_PER_THREAD):
+    (1, 24, 40, 1, 14, 14, 1, 1, (1, 1), (0, 0), (1, 1)),      # pointwise, a narrow panel
+    (1, 32, 16, 1, 14, 14, 1, 1, (1, 1), (0, 0), (1, 1)),      # pointwise, one narrow panel
+    (1, 16, 32, 1, 9, 17, 3, 3, (1, 1), (1, 1), (1, 1)),       # 15 interior columns: the
+    #   last goes down its column, one row per item at 16 threads
+    (1, 32, 64, 1, 28, 28, 3, 3, (2, 2), (1, 1), (1, 1)),      # stride 2 into 14 x 14
 ]
+
+
+@pytest.mark.parametrize("ic,oc,hw,k,stride", [(32, 40, 28, 1, 1), (32, 64, 28, 3, 2)])
+def test_small_layers_get_more_items_for_larger_teams(conv, ic, oc, hw, k, stride):
+    """A pointwise conv (pixel segments) and a stride-2 3x3 into 14 x 14 (row blocks) with
+    few output panels: a team of 16 gets at least 16 items, and more than a team of one
+    unless that one already had two per thread of 16 (the bits are
+    test_conv_step_threads_bitwise's business)."""
+    oh = (hw + 2 * (k // 2) - k) // stride + 1
+    x = np.zeros((1, -(-ic // 16), hw, hw, 16), np.float32)
+    y = np.zeros((1, -(-oc // 16), oh, oh, 16), np.float32)
+    packed = conv.conv_pack_weight(np.ones((oc, ic, k, k), np.float32), 1)
+
+    def items(t):
+        return conv.make_conv2d_n16cx_step(addr(x), addr(y), 1, ic, oc, 1, hw, hw, oh, oh, k,
+                                           k, stride, stride, k // 2, k // 2, 1, 1, 0, 0.0,
+                                           0.0, t, packed_w=packed, keep=(x, y)).work_items
+
+    assert items(16) >= 16 and (items(1) >= 32 or items(16) > items(1))
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=[str(i) for i in range(len(CONV_CASES))])
 @pytest.mark.parametrize("raw", [False, True], ids=["packed", "raw"])
 def test_conv_step_threads_bitwise(conv, case, raw):
-    """A packed or a run-time weight (and bias), teams of 1, 2, 3: same bits, right values."""
+    """A packed or a run-time weight (and bias), teams of 1, 2, 3 and 16: same bits, right
+    values."""
     n, ic, oc, group, h, w, kh, kw, (sh, sw), (pt, pl), (dh, dw) = case
     rng = np.random.default_rng(ic * oc + group)
     oh = (h + 2 * pt - ((kh - 1) * dh + 1)) // sh + 1
@@ -256,7 +282,7 @@ def test_conv_step_threads_bitwise(conv, case, raw):
                                            keep=(xn, y, wt, b), **extra)
         return step, y
 
-    results = run_threads(make)
+    results = run_threads(make, (1, 2, 3, 16))
     ref = post_op_reference(conv_ref(x, wt, b, group, (sh, sw), (pt, pl), (dh, dw), (oh, ow)),
                             PostOp.LEAKY_RELU, 0.1, 0.0)
     scale = np.sqrt((ic // group) * kh * kw) + 1
