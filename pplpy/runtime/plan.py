@@ -184,7 +184,8 @@ class ExecutionPlan:
         if profiler is not None and profiler.enabled:
             for node, step, seconds in zip(self.step_nodes, self.plan.steps,
                                            self.plan.run_profiled()):
-                profiler.record(node, seconds, step.work_items)
+                # a serial step runs on one thread: one item for the team
+                profiler.record(node, seconds, step.work_items if step.parallel else 1)
             profiler.runs += 1
         else:
             self.plan.run()

@@ -51,7 +51,8 @@ class Profiler:
 
     def record(self, node, seconds, work_items=0):
         """One step of ``node`` took ``seconds``; ``work_items``: the independent items the
-        step is cut into for the thread team (fewer than the threads leave some idle)."""
+        step is cut into for the thread team (fewer than the threads leave some idle; 1 for
+        a serial step, 0 where the kernel does not say)."""
         self.node_times[node.name] += seconds
         self.node_types[node.name] = node.op_type
         self.node_items[node.name] = max(self.node_items.get(node.name, 0), work_items)

@@ -467,7 +467,7 @@ def format_profile(profiler):
                     [(n, t, f"{ms:.4f}", f"{100 * ms / total:.1f}", str(items.get(n) or ""))
                      for n, t, ms in per_node], 3)
     lines.append("  items: the work items a node's step is cut into for the thread team "
-                 "(fewer than the threads leave some idle)")
+                 "(fewer than the threads leave some idle; 1: a serial step)")
     lines.append(f"profile per op type (mean over {runs} run(s)):")
     lines += _table(
         ["op type", "nodes", "ms", "%"],

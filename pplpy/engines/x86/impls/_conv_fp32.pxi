@@ -84,6 +84,9 @@ cdef enum:
     # ResNet-50 stride-2 3x3 into 14x14 had 8) otherwise leaves most of 16 threads idle.
     _ITEMS_PER_THREAD = 2
     _PARALLEL_FLOPS = 1 << 20   # a smaller conv runs as a serial step
+    # A depthwise conv moves a byte per few FLOPs: MobileNetV2's 3x3 over 960 channels at
+    # 7x7 (0.85 MFLOP) ran serially under the dense threshold.
+    _PARALLEL_DW_FLOPS = 1 << 18
     # Floats of one depthwise slab (_dwconv_fp32.h) at most (128 KB): L2-resident while its
     # item computes from it, and tall enough that the rows two items share are few.
     _DW_SLAB_FLOATS = 32 * 1024
@@ -494,6 +497,48 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
                                     PPL_CB, 0, d.OW, PPL_CB, cb * PPL_CB)
 
 
+cdef Py_ssize_t _dense_split(_ConvDims *d, bint pointwise, Py_ssize_t batch,
+                             Py_ssize_t npanels, int num_threads, Py_ssize_t *nrowblk,
+                             Py_ssize_t *rows, Py_ssize_t *nseg) noexcept:
+    """Row blocks (nrowblk of rows rows), row segments (nseg of d.seg pixels) and the item
+    count of a dense conv with a packed weight for a team of num_threads."""
+    cdef Py_ssize_t want, unit
+    nseg[0] = _ceil_div(d.OW, d.seg)
+    # Items span several rows unless rows are long (see _ITEM_PIXELS).
+    nrowblk[0] = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
+    want = _ceil_div(_ITEMS_PER_THREAD * num_threads, batch * npanels)
+    if nrowblk[0] * nseg[0] < want:  # too few items for the team (_ITEMS_PER_THREAD)
+        if pointwise:
+            # Shorter segments of whole narrow tiles (2 * PPL_MR pixels) from pixel 0: the
+            # tiles, and so every output's bits, are those of one segment.
+            unit = 2 * PPL_MR
+            d.seg = unit * max(<Py_ssize_t>1, _ceil_div(d.OW, unit) // want)
+            nseg[0] = _ceil_div(d.OW, d.seg)
+        else:
+            nrowblk[0] = min(d.OH, _ceil_div(want, nseg[0]))
+    rows[0] = _ceil_div(d.OH, nrowblk[0])
+    nrowblk[0] = _ceil_div(d.OH, rows[0])
+    return batch * nrowblk[0] * nseg[0] * npanels
+
+
+def conv_dense_work_items(Py_ssize_t batch, int in_c, int out_c, Py_ssize_t OH, Py_ssize_t OW,
+                          int kh, int kw, int stride_h, int stride_w, int pad_top,
+                          int pad_left, int num_threads):
+    """The work items of make_conv2d_n16cx_step's step (its Step.work_items) for a group-1
+    conv of these shapes with a packed weight and a team of num_threads: for choosing an
+    algorithm before any step is made."""
+    cdef _ConvDims d
+    d.OH, d.OW, d.seg = OH, OW, PPL_MR * 16
+    cdef bint pointwise = (kh == 1 and kw == 1 and stride_h == 1 and stride_w == 1
+                           and pad_top == 0 and pad_left == 0)
+    if pointwise:
+        d.OW, d.OH = OH * OW, 1
+    cdef Py_ssize_t npanels = _ceil_div(_ceil_div(out_c, PPL_CB) * PPL_CB, PPL_NB)
+    cdef Py_ssize_t nrowblk, rows, nseg
+    return _dense_split(&d, pointwise, batch, npanels, max(1, num_threads), &nrowblk, &rows,
+                        &nseg)
+
+
 def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int out_c,
                            int group, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH,
                            Py_ssize_t OW, int kh, int kw, int stride_h, int stride_w,
@@ -580,7 +625,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     cdef Py_ssize_t scratch_floats = _BIAS_TMP  # a run-time bias
     cdef Py_ssize_t taps = <Py_ssize_t>kh * kw
     cdef Py_ssize_t mult = out_c // in_c if depthwise else 1
-    cdef Py_ssize_t nrowblk = 1, rows = 1, nseg = 1, want, unit
+    cdef Py_ssize_t nrowblk = 1, rows = 1, nseg = 1
     # Square 3x3 / 5x5, stride 1 or 2, no dilation: the kernel of _dwconv_fp32.h; on narrow
     # planes through a slab, items of as many output rows as fit _DW_SLAB_FLOATS (at least
     # one); on wide ones row by row, with a row of zeros and a K x K edge buffer.
@@ -595,7 +640,12 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
         rows = max(<Py_ssize_t>1, min(OH, (_DW_SLAB_FLOATS // (wp * PPL_CB) - kh)
                                       // stride_h + 1))
         nrowblk = _ceil_div(OH, rows)
+        # at least _ITEMS_PER_THREAD items per thread where the rows allow (each pixel is
+        # summed alone: no cut changes a bit)
+        nrowblk = max(nrowblk, min(OH, _ceil_div(_ITEMS_PER_THREAD * num_threads,
+                                                 batch * d.ocb)))
         rows = _ceil_div(OH, nrowblk)
+        nrowblk = _ceil_div(OH, rows)
         scratch_floats += ((rows - 1) * stride_h + kh) * wp * PPL_CB
         nitems = batch * d.ocb * nrowblk
     elif fixed == 1:
@@ -616,22 +666,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
             scratch_floats += taps * max_nicb * PPL_CB * PPL_NB
             nitems = npanels
         else:
-            nseg = _ceil_div(d.OW, d.seg)
-            # Items span several rows unless rows are long (see _ITEM_PIXELS).
-            nrowblk = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
-            want = _ceil_div(_ITEMS_PER_THREAD * num_threads, batch * npanels)
-            if nrowblk * nseg < want:  # too few items for the team (_ITEMS_PER_THREAD)
-                if pointwise:
-                    # Shorter segments of whole narrow tiles (2 * PPL_MR pixels) from pixel
-                    # 0: the tiles, and so every output's bits, are those of one segment.
-                    unit = 2 * PPL_MR
-                    d.seg = unit * max(<Py_ssize_t>1, _ceil_div(d.OW, unit) // want)
-                    nseg = _ceil_div(d.OW, d.seg)
-                else:
-                    nrowblk = min(d.OH, _ceil_div(want, nseg))
-            rows = _ceil_div(d.OH, nrowblk)
-            nrowblk = _ceil_div(d.OH, rows)
-            nitems = batch * nrowblk * nseg * npanels
+            nitems = _dense_split(&d, pointwise, batch, npanels, num_threads, &nrowblk, &rows,
+                                  &nseg)
     # Each thread's slices on cache lines of their own (per_thread.py): whole lines.
     scratch_floats = _ceil_div(scratch_floats, 16) * 16
     scratch, _ = per_thread_buffer(num_threads, scratch_floats, numpy.float32)
@@ -640,7 +676,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
 
     cdef double flops = 2.0 * batch * out_c * OH * OW * taps * (in_c // group)
     cdef Step step = new_step(_conv_depthwise_step if depthwise else _conv_dense_step,
-                              sizeof(_ConvArgs), flops >= _PARALLEL_FLOPS,
+                              sizeof(_ConvArgs),
+                              flops >= (_PARALLEL_DW_FLOPS if depthwise else _PARALLEL_FLOPS),
                               (keep, layout, bias_pad, scratch, ptrs))
     cdef _ConvArgs *c = <_ConvArgs *>step.args
     cdef float[::1] scratch_v = scratch

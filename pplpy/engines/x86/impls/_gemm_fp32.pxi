@@ -66,7 +66,9 @@ cdef enum:
     _MC_TILES = 16      # register tiles per row block (96 rows at fma): A block in L2
     _MAX_GROUP_COLS = 256   # columns per work item at most
     _ITEMS_PER_THREAD = 4   # enough work items to balance threads on small shapes
-    _PARALLEL_FLOPS = 1 << 20   # a smaller product runs as a serial step
+    _MIN_ITEMS_PER_THREAD = 2   # fewer: row blocks are cut shorter too
+    _PARALLEL_FLOPS = 1 << 20   # a smaller product runs as a serial step ...
+    _PARALLEL_B_BYTES = 1 << 18     # ... unless its B is at least this large
 
 
 ctypedef struct _GemmArgs:
@@ -374,6 +376,18 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
                                      _A_CHUNK_FLOATS // (rows_per_block * a_vec)))
     cdef Py_ssize_t nkc = max(1, (k + kc_max - 1) // kc_max)
     cdef Py_ssize_t kc = (k + nkc - 1) // nkc if k > 0 else 1
+    # Too few items for the team even with a panel per group (BERT's 128 x 768 x 768: 24
+    # panels for 16 threads): cut the row blocks into shorter ones of whole tiles.  K keeps
+    # the chunks above, and no block is left a single row (a one-row tile sums in another
+    # order), so every output keeps its bits.
+    cdef Py_ssize_t sub
+    if b_packed and row_items * ngroups < _MIN_ITEMS_PER_THREAD * num_threads:
+        sub = (_MIN_ITEMS_PER_THREAD * num_threads + row_items * ngroups - 1) // (
+            row_items * ngroups)
+        rows_per_block = max(<Py_ssize_t>2, (tiles_per_block + sub - 1) // sub * PPL_MR)
+        while rows_per_block < m and m % rows_per_block == 1:
+            rows_per_block += 1
+        nmblocks = (m + rows_per_block - 1) // rows_per_block
     cdef Py_ssize_t lda_pack = (kc + 15) // 16 * 16 + _A_PAD
 
     # per thread: the panel group packed at run time (raw B), then the copied A chunk
@@ -387,8 +401,11 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
         # The last panel's vector epilogue reads PPL_NB columns: give it zeros past n.
         bias_pad = _padded_bias(bias, npanels * PPL_NB, n)
 
+    # A matrix-vector product streams B: parallel from a smaller size (ResNet-18's 512 x
+    # 1000 classifier, 1 MFLOP and 2 MB of weight, ran on one thread).
     cdef Step step = new_step(_gemm_step, sizeof(_GemmArgs),
-                              2.0 * m * n * k * batch >= _PARALLEL_FLOPS,
+                              2.0 * m * n * k * batch >= _PARALLEL_FLOPS
+                              or 4.0 * k * n * batch >= _PARALLEL_B_BYTES,
                               (keep, a_off, b_off, scratch, bias_pad))
     cdef _GemmArgs *g = <_GemmArgs *>step.args
     cdef const Py_ssize_t[::1] a_off_v = a_off

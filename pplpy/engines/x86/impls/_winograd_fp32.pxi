@@ -53,6 +53,7 @@ cdef enum:
     _PARALLEL_FLOPS = 1 << 20   # direct-equivalent FLOPs below which the step is serial
     # Scratch budget per item (V and M together), in floats: 512 KiB stays in a 1-2 MiB L2.
     _ITEM_FLOATS = 128 * 1024
+    _MIN_ITEMS_PER_THREAD = 2   # items per thread of the team that tiles_per_item aims at
 
 # G of F(4x4, 3x3): U = G g G^T.  (Written as 24ths: Cython folds 1 / 4 as C int division.)
 _G = numpy.array([[6, 0, 0], [-4, -4, -4], [-4, 4, -4], [1, 2, 4], [1, -2, 4], [0, 0, 24]],
@@ -123,15 +124,36 @@ def winograd_panel_groups(Py_ssize_t nblocks, Py_ssize_t npanels, int num_thread
 
 
 def winograd_tiles_per_item(Py_ssize_t batch, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t in_c,
-                            Py_ssize_t out_c):
-    """T: tiles per work item, from the shapes alone.  As many as keep V and M within the
-    scratch budget (at least one register tile of rows), then evened out over the items."""
-    _, icb, ocbp = winograd_layout(out_c, in_c)
+                            Py_ssize_t out_c, int num_threads=1):
+    """T: tiles per work item.  As many as keep V and M within the scratch budget (at least
+    one register tile of rows); fewer (down to a register tile) where a team of num_threads
+    would get fewer than _MIN_ITEMS_PER_THREAD items each even with a channel block per
+    panel group (SqueezeNet's 16 -> 64 at 55x55: 5 blocks, 10 items for 16 threads); then
+    evened out over the items.  A one-row register tile sums in the tiles' order, so no block
+    size changes a bit."""
+    npanels, icb, ocbp = winograd_layout(out_c, in_c)
     cdef Py_ssize_t tiles = batch * _ceil_div(OH, 4) * _ceil_div(OW, 4)
     cdef Py_ssize_t per_tile = _POS * (icb + ocbp) * PPL_CB
     cdef Py_ssize_t block = max(<Py_ssize_t>PPL_MR, _ITEM_FLOATS // per_tile // PPL_MR * PPL_MR)
+    cdef Py_ssize_t units = _ceil_div(npanels, max(1, PPL_CB // PPL_NB))  # most panel groups
+    cdef Py_ssize_t nblocks_want = _ceil_div(_MIN_ITEMS_PER_THREAD * max(1, num_threads), units)
+    if _ceil_div(tiles, block) < nblocks_want:
+        block = max(<Py_ssize_t>PPL_MR, _ceil_div(tiles, nblocks_want))
     block = min(block, tiles)
     return _ceil_div(tiles, _ceil_div(tiles, block))
+
+
+def winograd_work_items(Py_ssize_t batch, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t in_c,
+                        Py_ssize_t out_c, int num_threads):
+    """The work items of make_winograd_conv_step's step (its Step.work_items) for these
+    shapes and a team of num_threads: for choosing an algorithm before any step is made."""
+    npanels, _, _ = winograd_layout(out_c, in_c)
+    cdef Py_ssize_t tiles = batch * _ceil_div(OH, 4) * _ceil_div(OW, 4)
+    cdef Py_ssize_t block = min(winograd_tiles_per_item(batch, OH, OW, in_c, out_c,
+                                                        num_threads), tiles)
+    cdef Py_ssize_t nblocks = _ceil_div(tiles, block)
+    return nblocks * _ceil_div(npanels, winograd_panel_groups(nblocks, npanels,
+                                                              max(1, num_threads)))
 
 
 cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t p0,
@@ -146,7 +168,7 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_
     cdef float *v = scratch + c.ocbp * PPL_CB
     cdef float *m = v + _POS * vstride
     cdef Py_ssize_t plane = c.H * c.W * PPL_CB, oplane = c.OH * c.OW * PPL_CB
-    cdef Py_ssize_t i, tile, n, th, tw, cb, pos, p, j, col0
+    cdef Py_ssize_t i, tile, n, th, tw, cb, pos, p, j, col0, rows
     cdef Py_ssize_t cb0 = p0 * PPL_NB // PPL_CB
     cdef Py_ssize_t cb1 = min(c.ocb, _ceil_div(p1 * PPL_NB, PPL_CB))
     cdef const float *bsrc
@@ -175,8 +197,13 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_
                 a_ptrs[cb] = v + pos * vstride + cb * T * PPL_CB
                 b_ptrs[cb] = c.u + ((pos * c.npanels + p) * c.icb + cb) * PPL_CB * PPL_NB
             cdst = m + pos * mstride + (col0 // PPL_CB) * T * PPL_CB + col0 % PPL_CB
-            ppl_brgemm_run(nt, c.icb, a_ptrs, b_ptrs, c.kc, PPL_CB, cdst, PPL_CB, T * PPL_CB,
+            # a last one-row tile in the tiles' order: bits independent of the block size
+            rows = nt - (1 if nt % PPL_MR == 1 else 0)
+            ppl_brgemm_run(rows, c.icb, a_ptrs, b_ptrs, c.kc, PPL_CB, cdst, PPL_CB, T * PPL_CB,
                            PPL_NB, &c.ep)
+            if rows < nt:
+                ppl_brgemm_row1_tiled(c.icb, a_ptrs, b_ptrs, c.kc, cdst + rows * PPL_CB,
+                                      T * PPL_CB, PPL_NB, &c.ep)
 
     for i in range(nt):
         tile = t0 + i
@@ -254,7 +281,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     npanels, icb, ocbp = winograd_layout(out_c, in_c)
     num_threads = max(1, num_threads)
     if tiles_per_item <= 0:
-        tiles_per_item = winograd_tiles_per_item(batch, OH, OW, in_c, out_c)
+        tiles_per_item = winograd_tiles_per_item(batch, OH, OW, in_c, out_c, num_threads)
     cdef Py_ssize_t TH = _ceil_div(OH, 4), TW = _ceil_div(OW, 4)
     cdef Py_ssize_t tiles = batch * TH * TW
     cdef Py_ssize_t block = min(tiles_per_item, tiles)

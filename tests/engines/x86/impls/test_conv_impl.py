@@ -236,26 +236,47 @@ CONV_CASES = [
     (1, 16, 32, 1, 9, 17, 3, 3, (1, 1), (1, 1), (1, 1)),       # 15 interior columns: the
     #   last goes down its column, one row per item at 16 threads
     (1, 32, 64, 1, 28, 28, 3, 3, (2, 2), (1, 1), (1, 1)),      # stride 2 into 14 x 14
+    (1, 32, 32, 32, 14, 14, 3, 3, (2, 2), (1, 1), (1, 1)),     # depthwise slab, rows cut
 ]
 
 
-@pytest.mark.parametrize("ic,oc,hw,k,stride", [(32, 40, 28, 1, 1), (32, 64, 28, 3, 2)])
-def test_small_layers_get_more_items_for_larger_teams(conv, ic, oc, hw, k, stride):
-    """A pointwise conv (pixel segments) and a stride-2 3x3 into 14 x 14 (row blocks) with
-    few output panels: a team of 16 gets at least 16 items, and more than a team of one
-    unless that one already had two per thread of 16 (the bits are
+@pytest.mark.parametrize("ic,oc,group,hw,k,stride", [(32, 40, 1, 28, 1, 1),
+                                                     (32, 64, 1, 28, 3, 2),
+                                                     (32, 32, 32, 14, 3, 2)])
+def test_small_layers_get_more_items_for_larger_teams(conv, ic, oc, group, hw, k, stride):
+    """A pointwise conv (pixel segments), a stride-2 3x3 into 14 x 14 (row blocks) with few
+    output panels and a depthwise conv on two channel blocks (row blocks of its slab): a
+    team of 16 gets more items than a team of one, and at least 14 (7 rows x 2 blocks for
+    the depthwise one) unless one already had two per thread of 16 (the bits are
     test_conv_step_threads_bitwise's business)."""
     oh = (hw + 2 * (k // 2) - k) // stride + 1
     x = np.zeros((1, -(-ic // 16), hw, hw, 16), np.float32)
     y = np.zeros((1, -(-oc // 16), oh, oh, 16), np.float32)
-    packed = conv.conv_pack_weight(np.ones((oc, ic, k, k), np.float32), 1)
+    packed = conv.conv_pack_weight(np.ones((oc, ic // group, k, k), np.float32), group)
 
     def items(t):
-        return conv.make_conv2d_n16cx_step(addr(x), addr(y), 1, ic, oc, 1, hw, hw, oh, oh, k,
-                                           k, stride, stride, k // 2, k // 2, 1, 1, 0, 0.0,
+        return conv.make_conv2d_n16cx_step(addr(x), addr(y), 1, ic, oc, group, hw, hw, oh, oh,
+                                           k, k, stride, stride, k // 2, k // 2, 1, 1, 0, 0.0,
                                            0.0, t, packed_w=packed, keep=(x, y)).work_items
 
-    assert items(16) >= 16 and (items(1) >= 32 or items(16) > items(1))
+    assert items(1) >= 32 or (items(16) >= 14 and items(16) > items(1))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 16])
+def test_dense_work_items_match_the_step(conv, threads):
+    """conv_dense_work_items (what choosing an algorithm reads) says what the step does."""
+    for n, ic, oc, hw, k, s in [(1, 32, 40, 28, 1, 1), (2, 64, 128, 14, 3, 1),
+                                (1, 32, 64, 28, 3, 2), (1, 16, 16, 112, 3, 1)]:
+        pad = k // 2
+        oh = (hw + 2 * pad - k) // s + 1
+        x = np.zeros((n, -(-ic // 16), hw, hw, 16), np.float32)
+        y = np.zeros((n, -(-oc // 16), oh, oh, 16), np.float32)
+        packed = conv.conv_pack_weight(np.ones((oc, ic, k, k), np.float32), 1)
+        step = conv.make_conv2d_n16cx_step(addr(x), addr(y), n, ic, oc, 1, hw, hw, oh, oh, k, k,
+                                           s, s, pad, pad, 1, 1, 0, 0.0, 0.0, threads,
+                                           packed_w=packed, keep=(x, y))
+        assert conv.conv_dense_work_items(n, ic, oc, oh, oh, k, k, s, s, pad, pad,
+                                          threads) == step.work_items
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=[str(i) for i in range(len(CONV_CASES))])

@@ -131,6 +131,20 @@ def run_threads(make, threads=(1, 2, 3)):
     return results
 
 
+def test_gemm_step_items_for_the_team(gemm):
+    """Few panels (64 columns) and one row block: a team of 16 gets its items from shorter
+    row blocks (same bits: test_gemm_step_threads_bitwise); a matrix-vector product with a
+    large B (the 512 x 1000 classifier, 1 MFLOP) is a parallel step."""
+    def step(m, n, k, t):
+        a = np.ones((m, k), np.float32)
+        bb = gemm.gemm_pack_b(np.ones((k, n), np.float32), False)
+        out = np.empty((m, n), np.float32)
+        return gemm.make_gemm_step(addr(a), addr(bb), addr(out), m, k, n, t, keep=(a, bb, out))
+
+    assert step(128, 64, 300, 16).work_items >= 16 > step(128, 64, 300, 1).work_items
+    assert step(1, 1000, 512, 2).parallel and not step(1, 100, 512, 2).parallel
+
+
 # (41, 33, 1100): an odd last row and two K chunks on every tier, the copied A (broadcast on
 # sse) read at the second chunk's offset, transposed or not
 @pytest.mark.parametrize("m,n,k", [(1, 1000, 300), (29, 70, 300), (3136 // 16, 64, 576 // 4),
@@ -151,7 +165,7 @@ def test_gemm_step_threads_bitwise(gemm, m, n, k, packed, trans_a, trans_b):
                                    post_op=int(PostOp.RELU), keep=(a, bb, out))
         return step, out
 
-    results = run_threads(make)
+    results = run_threads(make, (1, 2, 3, 16))
     am = (a.T if trans_a else a).astype(np.float64)
     bm = (b.T if trans_b else b).astype(np.float64)
     ref = np.maximum(0.5 * am @ bm + bias, 0)

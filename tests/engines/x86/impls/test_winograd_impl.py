@@ -112,7 +112,8 @@ def test_winograd_post_ops(wino, post_op, p0, p1):
 
 @pytest.mark.parametrize("tiles_per_item", [0, 1, 5, 1000])
 def test_winograd_threads_and_blocks(wino, tiles_per_item):
-    """Two threads and any tiles per item give the same bits as one thread."""
+    """Two threads and any tiles per item give the same bits as one thread (a one-row
+    register tile sums in the order of the others)."""
     rng = np.random.default_rng(tiles_per_item)
     x = rng.standard_normal((2, 32, 14, 13), dtype=np.float32)
     wt = rng.standard_normal((32, 32, 3, 3), dtype=np.float32)
@@ -121,11 +122,7 @@ def test_winograd_threads_and_blocks(wino, tiles_per_item):
                       tiles_per_item=tiles_per_item)
     check_case(wino, rng, 2, 32, 32, 14, 13, (1, 1), bias=False, threads=2,
                tiles_per_item=tiles_per_item)
-    if tiles_per_item == 0:
-        np.testing.assert_array_equal(one, two)
-    else:
-        # One-row register tiles sum in another order: last bits differ.
-        np.testing.assert_allclose(one, two, rtol=1e-5, atol=2e-5 * np.abs(one).max())
+    np.testing.assert_array_equal(one, two)
 
 
 def _panel_floats(wino):
@@ -175,6 +172,19 @@ def test_winograd_panel_groups_follow_the_team(wino):
         wino.winograd_conv2d_n16cx_fp32(x, wino.winograd_pack_weight(np.ones((32, 16, 3, 3),
                                                                               np.float32)),
                                         None, y, 16, 32, 1, 1, 0, 0.0, 0.0, 2, 0, (), 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 16])
+def test_winograd_work_items_match_the_step(wino, threads):
+    """winograd_work_items (what choosing an algorithm reads) says what the step does."""
+    for n, ic, oc, hw in [(1, 128, 32, 14), (1, 64, 64, 56), (2, 256, 256, 14), (1, 24, 72, 7)]:
+        x = np.zeros((n, -(-ic // 16), hw, hw, 16), np.float32)
+        y = np.zeros((n, -(-oc // 16), hw, hw, 16), np.float32)
+        packed = wino.winograd_pack_weight(np.ones((oc, ic, 3, 3), np.float32))
+        step = wino.make_winograd_conv_step(
+            x.__array_interface__["data"][0], y.__array_interface__["data"][0], n, ic, oc, hw,
+            hw, hw, hw, 1, 1, 0, 0.0, 0.0, threads, packed_w=packed, keep=(x, y))
+        assert wino.winograd_work_items(n, hw, hw, ic, oc, threads) == step.work_items
 
 
 def test_winograd_close_to_direct(wino):

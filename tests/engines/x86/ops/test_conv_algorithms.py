@@ -10,7 +10,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx_builders import FLOAT, ISAS, make_model
 
 import pplpy
-from pplpy.engines.x86.ops.onnx.conv import choose_algorithm
+from pplpy.engines.x86.ops.onnx.conv import choose_algorithm, winograd_pays_for_team
 from pplpy.errors import PplError
 from pplpy.params.onnx import ConvParam
 from pplpy.tools.pplnn import format_graph
@@ -125,6 +125,33 @@ def test_choose_algorithm():
         == "winograd_f4x3"
     with pytest.raises(PplError, match="PPLPY_CONV_ALGO"):
         choose_algorithm(p, None, w, True, None, "fast")
+
+
+def test_winograd_pays_for_team():
+    assert winograd_pays_for_team(2, 14, 1) and winograd_pays_for_team(2, 14, 2)
+    assert not winograd_pays_for_team(2, 14, 16)    # 1/2 of Winograd's time vs 1/14
+    assert winograd_pays_for_team(16, 32, 16)       # all threads busy in both: fewer FLOPs
+    assert winograd_pays_for_team(8, 32, 16)        # ties go to Winograd (1/16 each)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_large_team_takes_direct_where_winograd_has_few_items(isa, tmp_path, monkeypatch):
+    """DenseNet-121's 128 -> 32 3x3 at 14x14: 16 tiles in blocks of at least a register tile
+    (14 rows on avx512, 6 on fma) and one or two output panels make 2 (avx512) or 6 (fma)
+    Winograd work items, so a team of 16 runs it direct (14 rows cut for the team); sse's
+    2-row tiles give Winograd 16 items, and it keeps them.  One thread keeps Winograd.  All
+    match the reference."""
+    monkeypatch.delenv("PPLPY_CONV_ALGO", raising=False)
+    model, _ = conv_model(128, 32, 14, 14)
+    feeds = {"x": rand(1, 128, 14, 14)}
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    one, algo_one = run(model, feeds, tmp_path, isa, 1)
+    many, algo_many = run(model, feeds, tmp_path, isa, 16)
+    many_want = "winograd_f4x3" if isa == "sse" else "direct"
+    assert (algo_one, algo_many) == ("winograd_f4x3", many_want)
+    assert_close(one, want)
+    assert_close(many, want)
 
 
 def test_dump_graph_shows_the_algorithm(tmp_path, monkeypatch):

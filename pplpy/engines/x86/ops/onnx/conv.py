@@ -15,7 +15,9 @@ Algorithms, chosen per layer when the kernel is made (``ConvKernel.algorithm``, 
 - ``"winograd_f4x3"``: Winograd F(4x4, 3x3) (impls/_winograd_fp32.pxi), for a 2-D 3x3 conv
   with stride 1, dilation 1, group 1, a constant weight, 16 to 256 input and output channels
   and an output of at least 6x6 (14x14 past 128x128 channels), where known when the kernel
-  is made (see choose_algorithm).  4x fewer multiply-adds; measured 2.5x faster than direct
+  is made (see choose_algorithm), and where the thread team does not finish the direct conv
+  first (winograd_pays_for_team: a layer with few tiles and one output panel is one or two
+  Winograd work items, while direct cuts its rows for the team).  4x fewer multiply-adds; measured 2.5x faster than direct
   on ResNet's 64->64 56x56 layer (one thread, avx512).  Its packed weight is 4x the raw one
   (36 instead of 9 values per channel pair).
 - ``"direct"``: direct N16CX convolution on brgemm (impls/_conv_fp32.pxi), everything else.
@@ -29,6 +31,7 @@ an algorithm for tests and benchmarks; "winograd" still falls back to direct whe
 cannot run (a conv that is not 3x3 stride-1 group-1, or a weight computed at run time).
 """
 
+import math
 import os
 
 import numpy as np
@@ -61,6 +64,22 @@ WINOGRAD_MIN_OUTPUT = 6            # output height and width
 WINOGRAD_MAX_WEIGHT = 256 * 256    # ic * oc
 WINOGRAD_LARGE_WEIGHT = 128 * 128  # ic * oc above which the output needs ...
 WINOGRAD_LARGE_MIN_PIXELS = 14 * 14  # ... this many pixels
+
+
+# Winograd's one-thread speedup over direct that winograd_pays_for_team assumes: the layers
+# it is chosen for measured 1.75-3.1x (above).
+WINOGRAD_SPEEDUP = 2.0
+
+
+def winograd_pays_for_team(winograd_items, direct_items, num_threads):
+    """Whether Winograd still finishes first on a team of num_threads.  With work items of
+    equal cost a step takes ceil(items / T) / items of its one-thread time, and Winograd's
+    one-thread time is 1 / WINOGRAD_SPEEDUP of direct's.  DenseNet-121's 128 -> 32 convs at
+    14x14 are two Winograd items (16 tiles, one panel) against 14 direct ones (rows): at 16
+    threads direct wins, at one or two Winograd does."""
+    def share(items):
+        return math.ceil(items / num_threads) / items
+    return share(winograd_items) / WINOGRAD_SPEEDUP <= share(direct_items)
 
 
 def choose_algorithm(param, x_dims, w_dims, weight_constant, out_spatial=None, forced=None):
@@ -105,6 +124,10 @@ class ConvKernel(X86Kernel):
                                           out_spatial)
         if getattr(op, "x_planar", False):  # only the direct kernel reads NCHW planes
             self.algorithm = "direct"
+        if (self.algorithm == "winograd_f4x3" and out_spatial is not None
+                and isinstance(x_dims[0], (int, np.integer))
+                and (os.environ.get("PPLPY_CONV_ALGO") or "auto").lower() == "auto"):
+            self.algorithm = self._algorithm_for_team(int(x_dims[0]), w.shape, out_spatial)
         if self.algorithm == "winograd_f4x3":
             self.packed_w = self.impl("winograd_fp32").winograd_pack_weight(w)
         else:
@@ -118,6 +141,16 @@ class ConvKernel(X86Kernel):
         # constants.
         self.packed_inputs = tuple(i for i, v in ((1, self.packed_w), (2, self.bias))
                                    if v is not None) + self.post_chain.packed_inputs
+
+    def _algorithm_for_team(self, batch, w_dims, out_spatial):
+        """Winograd, or direct where the runtime's thread team finishes that first."""
+        threads = self.op.options.num_threads
+        oc, ic = int(w_dims[0]), int(w_dims[1])
+        oh, ow = out_spatial
+        wino = self.impl("winograd_fp32").winograd_work_items(batch, oh, ow, ic, oc, threads)
+        direct = self.impl("conv_fp32").conv_dense_work_items(batch, ic, oc, oh, ow, 3, 3, 1,
+                                                              1, 1, 1, threads)
+        return "winograd_f4x3" if winograd_pays_for_team(wino, direct, threads) else "direct"
 
     def pack(self, w):
         w = np.ascontiguousarray(w, np.float32)
