@@ -87,6 +87,9 @@ cdef enum:
     # A depthwise conv moves a byte per few FLOPs: MobileNetV2's 3x3 over 960 channels at
     # 7x7 (0.85 MFLOP) ran serially under the dense threshold.
     _PARALLEL_DW_FLOPS = 1 << 18
+    # A dense conv on a few pixels streams its weight (EfficientNet's squeeze-excite 1x1
+    # convs on 1x1 maps, 221 KB each): parallel from this many weight bytes whatever its FLOPs.
+    _PARALLEL_W_BYTES = 1 << 17
     # Floats of one depthwise slab (_dwconv_fp32.h) at most (128 KB): L2-resident while its
     # item computes from it, and tall enough that the rows two items share are few.
     _DW_SLAB_FLOATS = 32 * 1024
@@ -677,7 +680,9 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     cdef double flops = 2.0 * batch * out_c * OH * OW * taps * (in_c // group)
     cdef Step step = new_step(_conv_depthwise_step if depthwise else _conv_dense_step,
                               sizeof(_ConvArgs),
-                              flops >= (_PARALLEL_DW_FLOPS if depthwise else _PARALLEL_FLOPS),
+                              flops >= (_PARALLEL_DW_FLOPS if depthwise else _PARALLEL_FLOPS)
+                              or (not depthwise and
+                                  4.0 * out_c * taps * (in_c // group) >= _PARALLEL_W_BYTES),
                               (keep, layout, bias_pad, scratch, ptrs))
     cdef _ConvArgs *c = <_ConvArgs *>step.args
     cdef float[::1] scratch_v = scratch

@@ -68,7 +68,7 @@ cdef enum:
     _ITEMS_PER_THREAD = 4   # enough work items to balance threads on small shapes
     _MIN_ITEMS_PER_THREAD = 2   # fewer: row blocks are cut shorter too
     _PARALLEL_FLOPS = 1 << 20   # a smaller product runs as a serial step ...
-    _PARALLEL_B_BYTES = 1 << 18     # ... unless its B is at least this large
+    _PARALLEL_B_BYTES = 1 << 17     # ... unless its B is at least this large
 
 
 ctypedef struct _GemmArgs:

@@ -262,6 +262,20 @@ def test_small_layers_get_more_items_for_larger_teams(conv, ic, oc, group, hw, k
     assert items(1) >= 32 or (items(16) >= 14 and items(16) > items(1))
 
 
+def test_convs_that_stream_their_weight_are_parallel(conv):
+    """A squeeze-excite 1x1 conv on a 1x1 map (1152 -> 48: 0.1 MFLOP, a 221 KB weight) is a
+    parallel step; a 16 -> 16 one is not."""
+    def step(ic, oc):
+        x = np.zeros((1, -(-ic // 16), 1, 1, 16), np.float32)
+        y = np.zeros((1, -(-oc // 16), 1, 1, 16), np.float32)
+        packed = conv.conv_pack_weight(np.ones((oc, ic, 1, 1), np.float32), 1)
+        return conv.make_conv2d_n16cx_step(addr(x), addr(y), 1, ic, oc, 1, 1, 1, 1, 1, 1, 1, 1,
+                                           1, 0, 0, 1, 1, 0, 0.0, 0.0, 2, packed_w=packed,
+                                           keep=(x, y))
+
+    assert step(1152, 48).parallel and not step(16, 16).parallel
+
+
 @pytest.mark.parametrize("threads", [1, 2, 16])
 def test_dense_work_items_match_the_step(conv, threads):
     """conv_dense_work_items (what choosing an algorithm reads) says what the step does."""

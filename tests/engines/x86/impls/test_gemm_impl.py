@@ -142,7 +142,7 @@ def test_gemm_step_items_for_the_team(gemm):
         return gemm.make_gemm_step(addr(a), addr(bb), addr(out), m, k, n, t, keep=(a, bb, out))
 
     assert step(128, 64, 300, 16).work_items >= 16 > step(128, 64, 300, 1).work_items
-    assert step(1, 1000, 512, 2).parallel and not step(1, 100, 512, 2).parallel
+    assert step(1, 1000, 512, 2).parallel and not step(1, 50, 512, 2).parallel
 
 
 # (41, 33, 1100): an odd last row and two K chunks on every tier, the copied A (broadcast on
