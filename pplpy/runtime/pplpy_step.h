@@ -33,6 +33,11 @@ typedef struct {
     int parallel; /* 1: every thread calls fn; 0: thread 0 only */
 } ppl_plan_step;
 
+/* Work items per thread of the team that a kernel cuts its output into where the output
+ * allows: shares are contiguous runs of items, so with fewer than nthreads items some threads
+ * idle, and with one or two per thread the slowest share sets the step's time. */
+#define PPL_MIN_ITEMS_PER_THREAD 2
+
 /* The contiguous share [*begin, *end) of n work items that thread tid of nthreads takes. */
 static inline void ppl_partition(ptrdiff_t n, int tid, int nthreads, ptrdiff_t *begin,
                                  ptrdiff_t *end) {

@@ -28,6 +28,7 @@ cdef extern from "pplpy_step.h" nogil:
         const void *args
         int parallel
     void ppl_partition(Py_ssize_t n, int tid, int nthreads, Py_ssize_t *begin, Py_ssize_t *end)
+    enum: PPL_MIN_ITEMS_PER_THREAD  # work items per thread a kernel aims at where it can
 
 
 cdef class Step:

@@ -34,10 +34,11 @@
 # contiguous share (ppl_partition).  A weight computed at run time is packed by the item
 # that uses it (an item is then a whole panel, packed once into its thread's scratch), so
 # no barrier is needed.  A small layer is cut into more items for a larger team (at least
-# _ITEMS_PER_THREAD per thread where the output allows: shorter pixel segments of a pointwise
-# conv, fewer rows per item otherwise), but every output pixel is summed in the same order
-# whatever the cut, so every thread count gives the same bits: segments are whole narrow
-# tiles from pixel 0, and a tile of one row that only a cut makes runs in the tiles' order.
+# PPL_MIN_ITEMS_PER_THREAD per thread where the output allows: shorter pixel segments of a
+# pointwise conv, fewer rows per item otherwise), but every output pixel is summed in the
+# same order whatever the cut, so every thread count gives the same bits: segments are whole
+# narrow tiles from pixel 0, and a tile of one row that only a cut makes runs in the tiles'
+# order.
 #
 # Packed weights are a dict (layout private to this module's tier):
 #   kind "dense":     data float32 flat; panels int64 (npanels, 3) = (offset into data,
@@ -46,7 +47,7 @@
 #                     max_blocks the largest number of input blocks of a panel.
 #   kind "depthwise": data float32 (ceil(oc/16), kh, kw, 16), zero past oc.
 
-from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_partition
 
 import numpy
 
@@ -79,10 +80,6 @@ cdef enum:
     # Output pixels a work item covers at least (rows permitting): a panel's weights, read
     # from L2, then serve many pixels, and border columns get tiles several rows tall.
     _ITEM_PIXELS = 32 * PPL_MR
-    # Work items per thread of the team at least, where the output allows: a layer with few
-    # output-channel panels on a small map (MobileNetV2's 7x7 projections had 3-5 items, a
-    # ResNet-50 stride-2 3x3 into 14x14 had 8) otherwise leaves most of 16 threads idle.
-    _ITEMS_PER_THREAD = 2
     _PARALLEL_FLOPS = 1 << 20   # a smaller conv runs as a serial step
     # A depthwise conv moves a byte per few FLOPs: MobileNetV2's 3x3 over 960 channels at
     # 7x7 (0.85 MFLOP) ran serially under the dense threshold.
@@ -509,8 +506,8 @@ cdef Py_ssize_t _dense_split(_ConvDims *d, bint pointwise, Py_ssize_t batch,
     nseg[0] = _ceil_div(d.OW, d.seg)
     # Items span several rows unless rows are long (see _ITEM_PIXELS).
     nrowblk[0] = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
-    want = _ceil_div(_ITEMS_PER_THREAD * num_threads, batch * npanels)
-    if nrowblk[0] * nseg[0] < want:  # too few items for the team (_ITEMS_PER_THREAD)
+    want = _ceil_div(PPL_MIN_ITEMS_PER_THREAD * num_threads, batch * npanels)
+    if nrowblk[0] * nseg[0] < want:  # too few items for the team (PPL_MIN_ITEMS_PER_THREAD)
         if pointwise:
             # Shorter segments of whole narrow tiles (2 * PPL_MR pixels) from pixel 0: the
             # tiles, and so every output's bits, are those of one segment.
@@ -643,9 +640,9 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
         rows = max(<Py_ssize_t>1, min(OH, (_DW_SLAB_FLOATS // (wp * PPL_CB) - kh)
                                       // stride_h + 1))
         nrowblk = _ceil_div(OH, rows)
-        # at least _ITEMS_PER_THREAD items per thread where the rows allow (each pixel is
+        # at least PPL_MIN_ITEMS_PER_THREAD items per thread where the rows allow (each pixel is
         # summed alone: no cut changes a bit)
-        nrowblk = max(nrowblk, min(OH, _ceil_div(_ITEMS_PER_THREAD * num_threads,
+        nrowblk = max(nrowblk, min(OH, _ceil_div(PPL_MIN_ITEMS_PER_THREAD * num_threads,
                                                  batch * d.ocb)))
         rows = _ceil_div(OH, nrowblk)
         nrowblk = _ceil_div(OH, rows)

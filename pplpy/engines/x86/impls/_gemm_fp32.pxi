@@ -44,7 +44,7 @@
 # Every output element is one tile's sum over the same K chunks whatever the split into
 # items, so every thread count gives the same bits.
 
-from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_partition
 
 import numpy
 
@@ -66,7 +66,6 @@ cdef enum:
     _MC_TILES = 16      # register tiles per row block (96 rows at fma): A block in L2
     _MAX_GROUP_COLS = 256   # columns per work item at most
     _ITEMS_PER_THREAD = 4   # enough work items to balance threads on small shapes
-    _MIN_ITEMS_PER_THREAD = 2   # fewer: row blocks are cut shorter too
     _PARALLEL_FLOPS = 1 << 20   # a smaller product runs as a serial step ...
     _PARALLEL_B_BYTES = 1 << 17     # ... unless its B is at least this large
 
@@ -381,8 +380,8 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     # the chunks above, and no block is left a single row (a one-row tile sums in another
     # order), so every output keeps its bits.
     cdef Py_ssize_t sub
-    if b_packed and row_items * ngroups < _MIN_ITEMS_PER_THREAD * num_threads:
-        sub = (_MIN_ITEMS_PER_THREAD * num_threads + row_items * ngroups - 1) // (
+    if b_packed and row_items * ngroups < PPL_MIN_ITEMS_PER_THREAD * num_threads:
+        sub = (PPL_MIN_ITEMS_PER_THREAD * num_threads + row_items * ngroups - 1) // (
             row_items * ngroups)
         rows_per_block = max(<Py_ssize_t>2, (tiles_per_block + sub - 1) // sub * PPL_MR)
         while rows_per_block < m and m % rows_per_block == 1:

@@ -30,7 +30,7 @@
 #   kind "winograd_f4x3": data float32 (36, npanels, ICB, 16, PPL_NB): U_t for output
 #   channels of panel p and input channels of block icb, zero past oc and ic.
 
-from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_partition
 
 import numpy
 
@@ -53,7 +53,6 @@ cdef enum:
     _PARALLEL_FLOPS = 1 << 20   # direct-equivalent FLOPs below which the step is serial
     # Scratch budget per item (V and M together), in floats: 512 KiB stays in a 1-2 MiB L2.
     _ITEM_FLOATS = 128 * 1024
-    _MIN_ITEMS_PER_THREAD = 2   # items per thread of the team that tiles_per_item aims at
 
 # G of F(4x4, 3x3): U = G g G^T.  (Written as 24ths: Cython folds 1 / 4 as C int division.)
 _G = numpy.array([[6, 0, 0], [-4, -4, -4], [-4, 4, -4], [1, 2, 4], [1, -2, 4], [0, 0, 24]],
@@ -127,7 +126,7 @@ def winograd_tiles_per_item(Py_ssize_t batch, Py_ssize_t OH, Py_ssize_t OW, Py_s
                             Py_ssize_t out_c, int num_threads=1):
     """T: tiles per work item.  As many as keep V and M within the scratch budget (at least
     one register tile of rows); fewer (down to a register tile) where a team of num_threads
-    would get fewer than _MIN_ITEMS_PER_THREAD items each even with a channel block per
+    would get fewer than PPL_MIN_ITEMS_PER_THREAD items each even with a channel block per
     panel group (SqueezeNet's 16 -> 64 at 55x55: 5 blocks, 10 items for 16 threads); then
     evened out over the items.  A one-row register tile sums in the tiles' order, so no block
     size changes a bit."""
@@ -136,7 +135,7 @@ def winograd_tiles_per_item(Py_ssize_t batch, Py_ssize_t OH, Py_ssize_t OW, Py_s
     cdef Py_ssize_t per_tile = _POS * (icb + ocbp) * PPL_CB
     cdef Py_ssize_t block = max(<Py_ssize_t>PPL_MR, _ITEM_FLOATS // per_tile // PPL_MR * PPL_MR)
     cdef Py_ssize_t units = _ceil_div(npanels, max(1, PPL_CB // PPL_NB))  # most panel groups
-    cdef Py_ssize_t nblocks_want = _ceil_div(_MIN_ITEMS_PER_THREAD * max(1, num_threads), units)
+    cdef Py_ssize_t nblocks_want = _ceil_div(PPL_MIN_ITEMS_PER_THREAD * max(1, num_threads), units)
     if _ceil_div(tiles, block) < nblocks_want:
         block = max(<Py_ssize_t>PPL_MR, _ceil_div(tiles, nblocks_want))
     block = min(block, tiles)
