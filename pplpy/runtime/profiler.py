@@ -7,8 +7,8 @@
 
 A trace holds one complete event ("ph": "X") per step per run: name = op type, args = node
 name, input and output shapes with their formats, the kernel's class and algorithm, and the
-work items the step is cut into for the thread team (``node_items`` keeps them per node).  Events
-of a run are laid end to end from the run's start (the plan runs its steps in order).
+work items the step is cut into for the thread team (``node_items`` keeps them per node).
+Events of a run are laid end to end from the run's start (the plan runs its steps in order).
 """
 
 import json

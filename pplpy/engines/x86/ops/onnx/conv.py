@@ -17,9 +17,9 @@ Algorithms, chosen per layer when the kernel is made (``ConvKernel.algorithm``, 
   and an output of at least 6x6 (14x14 past 128x128 channels), where known when the kernel
   is made (see choose_algorithm), and where the thread team does not finish the direct conv
   first (winograd_pays_for_team: a layer with few tiles and one output panel is one or two
-  Winograd work items, while direct cuts its rows for the team).  4x fewer multiply-adds; measured 2.5x faster than direct
-  on ResNet's 64->64 56x56 layer (one thread, avx512).  Its packed weight is 4x the raw one
-  (36 instead of 9 values per channel pair).
+  Winograd work items, while direct cuts its rows for the team).  4x fewer multiply-adds;
+  measured 2.5x faster than direct on ResNet's 64->64 56x56 layer (one thread, avx512).  Its
+  packed weight is 4x the raw one (36 instead of 9 values per channel pair).
 - ``"direct"``: direct N16CX convolution on brgemm (impls/_conv_fp32.pxi), everything else.
   A depthwise conv (one input channel per group) is direct too, on its own kernel: for
   square 3x3 / 5x5, stride 1 / 2, undilated ones impls/_dwconv_fp32.h (tiles of pixels in
