@@ -18,11 +18,14 @@
 #     36 GEMMs          M[t][ocb][T tiles][16]          (the group's panels of 36 * OCBP * T * 16)
 #     output transform  A^T m A + bias, post-op, into the group's N16CX output channels
 # so items are independent and the op is one step with no barrier.  T is chosen so that V and
-# M stay in L2; it does not depend on the thread count, so every thread count gives the same
-# bits.  Where there are fewer tile blocks than threads (ResNet's 14x14 layers have 16 tiles:
-# one or two blocks), the output channels are split into panel groups as well, so that a
-# 16-thread team has 16 items; each group repeats its block's input transform (a few percent
-# of the GEMMs' work per group).  Splitting by channels changes no sum: same bits again.
+# M stay in L2, and smaller (down to a register tile) where a large team needs more items
+# (winograd_tiles_per_item); a one-row register tile sums in the others' order, so every T,
+# and every thread count, gives the same bits.  Where there are still fewer tile blocks than
+# threads (ResNet's 14x14 layers have 16 tiles: two blocks), the output channels are split
+# into panel groups as well, so that a 16-thread team has 16 items; the groups of a block
+# then share its V, transformed once by a step of its own before the conv step (each group
+# repeating it cost +34% of the work for 256 channels in eight groups).  Splitting by
+# channels changes no sum: same bits again.
 # Pixels outside the image read as zero, so padding is never materialised; tiles hanging over
 # the bottom or right edge of the output write only their valid pixels.
 #
@@ -34,7 +37,7 @@ from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_pa
 
 import numpy
 
-from pplpy.engines.x86.impls.aligned import aligned_copy
+from pplpy.engines.x86.impls.aligned import aligned_copy, aligned_empty
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -69,6 +72,8 @@ ctypedef struct _WinoArgs:
     Py_ssize_t H, W, OH, OW, TH, TW, pt, pl
     Py_ssize_t tiles, block, nitems  # all tiles (batch * TH * TW), tiles per item, items
     Py_ssize_t ngroups, group_panels  # output-channel panel groups per block, panels in each
+    float *shared_v                # NULL, or every block's V, transformed once by a step of
+                                   # its own before the GEMM step (ngroups > 1)
     int kc
     int post_op                    # the chain's leading activation, in the output transform
     ppl_post_chain chain           # entries [chain_first, len) after it, per output tile row
@@ -155,18 +160,44 @@ def winograd_work_items(Py_ssize_t batch, Py_ssize_t OH, Py_ssize_t OW, Py_ssize
                                                               max(1, num_threads)))
 
 
+cdef void _wino_input_block(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1,
+                            float *v) noexcept nogil:
+    """V of tiles [t0, t1): position pos, input block cb, tile i at
+    v + pos * icb * T * 16 + (cb * T + i) * 16."""
+    cdef Py_ssize_t T = c.block, vstride = c.icb * c.block * PPL_CB
+    cdef Py_ssize_t plane = c.H * c.W * PPL_CB, i, tile, n, th, tw, cb
+    for i in range(t1 - t0):
+        tile = t0 + i
+        tw = tile % c.TW
+        th = (tile // c.TW) % c.TH
+        n = tile // (c.TW * c.TH)
+        for cb in range(c.icb):
+            ppl_wino_input_tile(c.x + (n * c.icb + cb) * plane, c.H, c.W, th * 4 - c.pt,
+                                tw * 4 - c.pl, v + (cb * T + i) * PPL_CB, vstride)
+
+
+cdef void _wino_input_step(const void *args, int tid, int nthreads) noexcept nogil:
+    """Items are blocks: each block's V into shared_v, once for all its panel groups."""
+    cdef const _WinoArgs *c = <const _WinoArgs *>args
+    cdef Py_ssize_t begin, end, blk, nblocks = _ceil_div(c.tiles, c.block)
+    ppl_partition(nblocks, tid, nthreads, &begin, &end)
+    for blk in range(begin, end):
+        _wino_input_block(c, blk * c.block, min(c.tiles, (blk + 1) * c.block),
+                          c.shared_v + blk * _POS * c.icb * c.block * PPL_CB)
+
+
 cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t p0,
                      Py_ssize_t p1, float *scratch, const float **a_ptrs,
                      const float **b_ptrs) noexcept nogil:
-    """Tiles [t0, t1), output panels [p0, p1): input transform, 36 GEMMs, output
-    transform."""
+    """Tiles [t0, t1), output panels [p0, p1): input transform (unless shared_v holds it),
+    36 GEMMs, output transform."""
     cdef Py_ssize_t T = c.block, nt = t1 - t0
     cdef Py_ssize_t vstride = c.icb * T * PPL_CB     # between tile positions in V
     cdef Py_ssize_t mstride = c.ocbp * T * PPL_CB    # between tile positions in M
     cdef float *bias = scratch
     cdef float *v = scratch + c.ocbp * PPL_CB
     cdef float *m = v + _POS * vstride
-    cdef Py_ssize_t plane = c.H * c.W * PPL_CB, oplane = c.OH * c.OW * PPL_CB
+    cdef Py_ssize_t oplane = c.OH * c.OW * PPL_CB
     cdef Py_ssize_t i, tile, n, th, tw, cb, pos, p, j, col0, rows
     cdef Py_ssize_t cb0 = p0 * PPL_NB // PPL_CB
     cdef Py_ssize_t cb1 = min(c.ocb, _ceil_div(p1 * PPL_NB, PPL_CB))
@@ -180,14 +211,10 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_
             bias[j] = c.raw_bias[j] if c.raw_bias != NULL and j < c.oc else 0
         bsrc = bias
 
-    for i in range(nt):
-        tile = t0 + i
-        tw = tile % c.TW
-        th = (tile // c.TW) % c.TH
-        n = tile // (c.TW * c.TH)
-        for cb in range(c.icb):
-            ppl_wino_input_tile(c.x + (n * c.icb + cb) * plane, c.H, c.W, th * 4 - c.pt,
-                                tw * 4 - c.pl, v + (cb * T + i) * PPL_CB, vstride)
+    if c.shared_v != NULL:  # transformed by the step before
+        v = c.shared_v + (t0 // T) * _POS * vstride
+    else:
+        _wino_input_block(c, t0, t1, v)
 
     for pos in range(_POS):
         for p in range(p0, p1):
@@ -256,9 +283,12 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
                             int num_threads, *, packed_w, bias=None, size_t b=0, keep=(),
                             Py_ssize_t tiles_per_item=0, post_chain=(),
                             Py_ssize_t group_panels=0):
-    """The step computing y = post_op(conv3x3(x, W) + bias), stride 1, dilation 1, group 1,
+    """The steps computing y = post_op(conv3x3(x, W) + bias), stride 1, dilation 1, group 1,
     x and y in N16CX at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16),
-    OH, OW, 16); pads end are implied by OH and OW.
+    OH, OW, 16); pads end are implied by OH and OW.  A list: the conv step, preceded by a
+    step that transforms every block's input once where the output panels are split into
+    groups (each group's items would otherwise repeat their block's input transform: +34% of
+    work for 256 channels at 14x14 in eight groups, measured at one thread).
 
     packed_w from winograd_pack_weight.  Bias: an array of out_c values, or the address b of
     one computed at run time, or neither.  Memory at addresses outlives the step (``keep``).
@@ -345,7 +375,19 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.ptrs = <const float **>&ptrs_v[0]
     c.ptr_stride = ptr_stride
     c.max_threads = num_threads
-    return step
+    c.shared_v = NULL
+    if c.ngroups == 1:
+        return [step]
+    cdef Py_ssize_t nblocks = _ceil_div(tiles, block)
+    shared = aligned_empty(nblocks * _POS * icb * block * PPL_CB, numpy.float32)
+    cdef float[::1] shared_mv = shared
+    c.shared_v = &shared_mv[0]
+    step.keep = (step.keep, shared)
+    cdef Step transform = new_step(_wino_input_step, sizeof(_WinoArgs),
+                                   flops >= _PARALLEL_FLOPS, (step.keep,))
+    (<_WinoArgs *>transform.args)[0] = c[0]
+    transform.work_items = nblocks
+    return [transform, step]
 
 
 def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pad_top,
@@ -367,4 +409,4 @@ def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pa
         xv.shape[2], xv.shape[3], yv.shape[2], yv.shape[3], pad_top, pad_left, post_op, p0, p1,
         num_threads, packed_w=packed_w, bias=bias, keep=(x, y),
         tiles_per_item=tiles_per_item, post_chain=post_chain, group_panels=group_panels)
-    run_steps([step], num_threads)
+    run_steps(step, num_threads)

@@ -176,15 +176,23 @@ def test_winograd_panel_groups_follow_the_team(wino):
 
 @pytest.mark.parametrize("threads", [1, 2, 16])
 def test_winograd_work_items_match_the_step(wino, threads):
-    """winograd_work_items (what choosing an algorithm reads) says what the step does."""
+    """winograd_work_items (what choosing an algorithm reads) says what the step does; with
+    panel groups a step before it transforms each block's input once (its items: blocks)."""
     for n, ic, oc, hw in [(1, 128, 32, 14), (1, 64, 64, 56), (2, 256, 256, 14), (1, 24, 72, 7)]:
         x = np.zeros((n, -(-ic // 16), hw, hw, 16), np.float32)
         y = np.zeros((n, -(-oc // 16), hw, hw, 16), np.float32)
         packed = wino.winograd_pack_weight(np.ones((oc, ic, 3, 3), np.float32))
-        step = wino.make_winograd_conv_step(
+        steps = wino.make_winograd_conv_step(
             x.__array_interface__["data"][0], y.__array_interface__["data"][0], n, ic, oc, hw,
             hw, hw, hw, 1, 1, 0, 0.0, 0.0, threads, packed_w=packed, keep=(x, y))
-        assert wino.winograd_work_items(n, hw, hw, ic, oc, threads) == step.work_items
+        items = wino.winograd_work_items(n, hw, hw, ic, oc, threads)
+        assert items == steps[-1].work_items
+        tiles = n * (-(-hw // 4)) ** 2
+        blocks = -(-tiles // wino.winograd_tiles_per_item(n, hw, hw, ic, oc, threads))
+        if items > blocks:  # panel groups: the shared input transform first
+            assert len(steps) == 2 and steps[0].work_items == blocks
+        else:
+            assert len(steps) == 1
 
 
 def test_winograd_close_to_direct(wino):
