@@ -497,6 +497,13 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
                                     PPL_CB, 0, d.OW, PPL_CB, cb * PPL_CB)
 
 
+cdef inline bint _is_pointwise(int kh, int kw, int stride_h, int stride_w, int pad_top,
+                               int pad_left) noexcept:
+    """A 1x1 stride-1 unpadded kernel: a GEMM over the flattened pixels (one long row)."""
+    return (kh == 1 and kw == 1 and stride_h == 1 and stride_w == 1 and pad_top == 0
+            and pad_left == 0)
+
+
 cdef Py_ssize_t _dense_split(_ConvDims *d, bint pointwise, Py_ssize_t batch,
                              Py_ssize_t npanels, int num_threads, Py_ssize_t *nrowblk,
                              Py_ssize_t *rows, Py_ssize_t *nseg) noexcept:
@@ -529,8 +536,7 @@ def conv_dense_work_items(Py_ssize_t batch, int in_c, int out_c, Py_ssize_t OH, 
     algorithm before any step is made."""
     cdef _ConvDims d
     d.OH, d.OW, d.seg = OH, OW, PPL_MR * 16
-    cdef bint pointwise = (kh == 1 and kw == 1 and stride_h == 1 and stride_w == 1
-                           and pad_top == 0 and pad_left == 0)
+    cdef bint pointwise = _is_pointwise(kh, kw, stride_h, stride_w, pad_top, pad_left)
     if pointwise:
         d.OW, d.OH = OH * OW, 1
     cdef Py_ssize_t npanels = _ceil_div(_ceil_div(out_c, PPL_CB) * PPL_CB, PPL_NB)
@@ -602,9 +608,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     d.ps = 1 if x_planar else PPL_CB
     # Row segments of a few dozen tiles: the input they read stays in L2 across panels.
     d.seg = PPL_MR * 16
-    cdef bint pointwise = (not depthwise and kh == 1 and kw == 1 and stride_h == 1
-                           and stride_w == 1 and pad_top == 0 and pad_left == 0 and OH == H
-                           and OW == W)
+    cdef bint pointwise = (not depthwise and OH == H and OW == W
+                           and _is_pointwise(kh, kw, stride_h, stride_w, pad_top, pad_left))
     if pointwise:
         # A pointwise conv is one long row of H*W pixels: no row-end tails.
         d.W = d.OW = H * W

@@ -195,8 +195,8 @@ cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_
     cdef Py_ssize_t vstride = c.icb * T * PPL_CB     # between tile positions in V
     cdef Py_ssize_t mstride = c.ocbp * T * PPL_CB    # between tile positions in M
     cdef float *bias = scratch
-    cdef float *v = scratch + c.ocbp * PPL_CB
-    cdef float *m = v + _POS * vstride
+    cdef float *v = scratch + c.ocbp * PPL_CB   # unless shared_v: then M follows the bias
+    cdef float *m = v + (0 if c.shared_v != NULL else _POS * vstride)
     cdef Py_ssize_t oplane = c.OH * c.OW * PPL_CB
     cdef Py_ssize_t i, tile, n, th, tw, cb, pos, p, j, col0, rows
     cdef Py_ssize_t cb0 = p0 * PPL_NB // PPL_CB
@@ -331,7 +331,10 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
                 raise ValueError(f"make_winograd_conv_step: bias must have {out_c} values, "
                                  f"got {bias.shape[0]}")
             bias_pad[:out_c] = bias
-    cdef Py_ssize_t scratch_floats = ocbp * PPL_CB + _POS * (icb + ocbp) * block * PPL_CB
+    # per thread: the biases, V (unless the groups share it: shared_v below) and M
+    cdef bint share_v = _ceil_div(npanels, group_panels) > 1
+    cdef Py_ssize_t scratch_floats = ocbp * PPL_CB + _POS * ((0 if share_v else icb) + ocbp) * \
+        block * PPL_CB
     # Each thread's slices on cache lines of their own (per_thread.py): whole lines.
     scratch_floats = _ceil_div(scratch_floats, 16) * 16
     scratch, _ = per_thread_buffer(num_threads, scratch_floats, numpy.float32)
@@ -376,7 +379,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.ptr_stride = ptr_stride
     c.max_threads = num_threads
     c.shared_v = NULL
-    if c.ngroups == 1:
+    if not share_v:
         return [step]
     cdef Py_ssize_t nblocks = _ceil_div(tiles, block)
     shared = aligned_empty(nblocks * _POS * icb * block * PPL_CB, numpy.float32)
