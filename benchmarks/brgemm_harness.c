@@ -1,9 +1,11 @@
 /* The AVX-512 brgemm microkernel (_brgemm_fp32.h) alone, outside pplpy: its conv batch-reduce
- * and GEMM loops around ppl_brgemm_run on 64-byte-aligned buffers, in GFLOP/s and percent of
- * a register-resident FMA loop on the same core.  brgemm_harness.sh builds it once per
- * register blocking / K unroll (-DPPL_MR, -DPPL_NV, -DPPL_KUNROLL) with the avx512 tier's
- * flags; comparing it with benchmarks/brgemm.py separates the microkernel from what pplpy
- * wraps around it (session 9: 94-96% here against 67-72% in pplpy on a Sapphire Rapids Xeon).
+ * (ppl_brgemm_run) and GEMM (ppl_brgemm_gemm) loops on 64-byte-aligned buffers, in GFLOP/s
+ * and percent of a register-resident FMA loop on the same core.  brgemm_harness.sh builds it
+ * once per register blocking / K unroll (-DPPL_MR, -DPPL_NV, -DPPL_KUNROLL) with the avx512
+ * tier's flags; comparing it with benchmarks/brgemm.py separates the microkernel from what
+ * pplpy wraps around it (session 9: 94-96% here against 67-72% in pplpy on a Sapphire Rapids
+ * Xeon; session 11 found the difference in the module's register allocation, which the
+ * harness's smaller functions did not share: _brgemm_fp32.h, PPL_A_BCAST).
  * N is a multiple of 32, 48 and 64, so that every blocking computes the whole product. */
 #ifndef PPL_VLEN
 #define PPL_VLEN 16
@@ -86,27 +88,51 @@ static void conv(double peak, ppl_epilogue *ep) {
 }
 
 /* C[M x N] = A[M x K] (rows lda apart) . B (packed K x PPL_NB panels), K in chunks of kc
- * (later chunks accumulate), one ppl_brgemm_run per chunk and panel. */
+ * (later chunks accumulate) as _gemm_fp32.pxi does it: the rows in near-equal tiles of at
+ * most PPL_MR, each chunk of A copied once per tile in the tier's layout (blocked, or
+ * broadcast on SSE; outside the timing, as the module reuses it over every panel), then one
+ * ppl_brgemm_gemm per tile and panel. */
 static void gemm(int M, int N, int K, int lda, int kc, double peak, ppl_epilogue *ep) {
     float *A = buffer((size_t)M * lda), *B = buffer((size_t)K * N), *C = buffer((size_t)M * N);
+    const int ntiles = (M + PPL_MR - 1) / PPL_MR, rows = M / ntiles, taller = M - rows * ntiles;
+    const int nkc = (K + kc - 1) / kc, kcp = (kc + 15) / 16 * 16;
+    float *P = buffer((size_t)nkc * M * kcp * (PPL_A_BCAST ? PPL_VLEN : 1));
+    for (int c = 0; c < nkc; c++) {  /* chunk c of tile t (mm rows from row0) */
+        float *chunk = P + (size_t)c * M * kcp * (PPL_A_BCAST ? PPL_VLEN : 1);
+        for (int t = 0, row0 = 0; t < ntiles; row0 += rows + (t < taller), t++)
+            for (int r = 0; r < rows + (t < taller); r++)
+                for (int kk = 0; kk < kc; kk++) {
+                    const float x = A[(size_t)(row0 + r) * lda + c * kc + kk];
+#if PPL_A_BCAST
+                    for (int l = 0; l < PPL_VLEN; l++)
+                        chunk[((size_t)(row0 + r) * kcp + kk) * PPL_VLEN + l] = x;
+#else
+                    chunk[(size_t)row0 * kcp + (kk - kk % 16) * (rows + (t < taller)) +
+                          r * 16 + kk % 16] = x;
+#endif
+                }
+    }
     double best = 1e9;
     for (int rep = 0; rep < REPEATS; rep++) {
-        double t = now();
-        for (int k0 = 0; k0 < K; k0 += kc)
-            for (int p = 0; p < N / PPL_NB; p++) {
-                const float *a[1] = {A + k0};
-                const float *b[1] = {B + ((size_t)p * K + k0) * PPL_NB};
-                ep->accumulate = k0 > 0;
-                ppl_brgemm_run(M, 1, a, b, kc, lda, C + p * PPL_NB, N, 16, PPL_NB, ep);
-            }
-        t = now() - t;
-        if (t < best) best = t;
+        double t0 = now();
+        for (int c = 0; c < nkc; c++) {
+            const float *chunk = P + (size_t)c * M * kcp * (PPL_A_BCAST ? PPL_VLEN : 1);
+            ep->accumulate = c > 0;
+            for (int p = 0; p < N / PPL_NB; p++)
+                for (int t = 0, row0 = 0; t < ntiles; row0 += rows + (t < taller), t++)
+                    ppl_brgemm_gemm(rows + (t < taller), PPL_NB,
+                                    chunk + (size_t)row0 * kcp * (PPL_A_BCAST ? PPL_VLEN : 1),
+                                    B + ((size_t)p * K + (size_t)c * kc) * PPL_NB, kc, kcp,
+                                    C + (size_t)row0 * N + p * PPL_NB, N, ep);
+        }
+        t0 = now() - t0;
+        if (t0 < best) best = t0;
     }
     ep->accumulate = 0;
     char what[64];
     snprintf(what, sizeof what, "gemm %dx%dx%d lda %d kc %d", M, N, K, lda, kc);
     report(what, best, 2.0 * M * N * K, peak);
-    free(A), free(B), free(C);
+    free(A), free(B), free(C), free(P);
 }
 
 int main(void) {

@@ -59,6 +59,23 @@ typedef int ppl_vi __attribute__((vector_size(PPL_VLEN * 4)));
 #if PPL_MR < 2 || PPL_MR > 14
 #error "PPL_MR must be in 2..14"
 #endif
+/* PPL_TILE_ROWS(X) expands X(2) X(3) ... X(PPL_MR): one switch case per tile height. */
+#define PPL_ROWS_2(X) X(2)
+#define PPL_ROWS_3(X) PPL_ROWS_2(X) X(3)
+#define PPL_ROWS_4(X) PPL_ROWS_3(X) X(4)
+#define PPL_ROWS_5(X) PPL_ROWS_4(X) X(5)
+#define PPL_ROWS_6(X) PPL_ROWS_5(X) X(6)
+#define PPL_ROWS_7(X) PPL_ROWS_6(X) X(7)
+#define PPL_ROWS_8(X) PPL_ROWS_7(X) X(8)
+#define PPL_ROWS_9(X) PPL_ROWS_8(X) X(9)
+#define PPL_ROWS_10(X) PPL_ROWS_9(X) X(10)
+#define PPL_ROWS_11(X) PPL_ROWS_10(X) X(11)
+#define PPL_ROWS_12(X) PPL_ROWS_11(X) X(12)
+#define PPL_ROWS_13(X) PPL_ROWS_12(X) X(13)
+#define PPL_ROWS_14(X) PPL_ROWS_13(X) X(14)
+#define PPL_ROWS_OF(n) PPL_ROWS_##n
+#define PPL_ROWS_EXPAND(n) PPL_ROWS_OF(n)
+#define PPL_TILE_ROWS(X) PPL_ROWS_EXPAND(PPL_MR)(X)
 /* How many k steps the microkernel's inner loop is unrolled by: 8 on AVX-512, where the 14 x 2
  * tile unrolled 16 times is about 700 instructions per loop body.  On a 16-core Sapphire
  * Rapids Xeon (gcc 13), a C harness over this header ran the conv batch-reduce
@@ -454,43 +471,7 @@ static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nba
     }
     switch (m) {
     case 1: ppl_brgemm_row1(nbatch, a, b, k, c, cbs, n_valid, ep); break;
-    PPL_TILE_CASE(2)
-#if PPL_MR >= 3
-    PPL_TILE_CASE(3)
-#endif
-#if PPL_MR >= 4
-    PPL_TILE_CASE(4)
-#endif
-#if PPL_MR >= 5
-    PPL_TILE_CASE(5)
-#endif
-#if PPL_MR >= 6
-    PPL_TILE_CASE(6)
-#endif
-#if PPL_MR >= 7
-    PPL_TILE_CASE(7)
-#endif
-#if PPL_MR >= 8
-    PPL_TILE_CASE(8)
-#endif
-#if PPL_MR >= 9
-    PPL_TILE_CASE(9)
-#endif
-#if PPL_MR >= 10
-    PPL_TILE_CASE(10)
-#endif
-#if PPL_MR >= 11
-    PPL_TILE_CASE(11)
-#endif
-#if PPL_MR >= 12
-    PPL_TILE_CASE(12)
-#endif
-#if PPL_MR >= 13
-    PPL_TILE_CASE(13)
-#endif
-#if PPL_MR >= 14
-    PPL_TILE_CASE(14)
-#endif
+    PPL_TILE_ROWS(PPL_TILE_CASE)
     default: break;
     }
 #undef PPL_TILE_CASE
@@ -501,7 +482,11 @@ static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nba
  * the rows as the tiles go (they end past the last row).  Full tiles run in this loop with
  * their own inlined copy of the kernel, so no tile pays a call, a dispatch or the prologue
  * of ppl_brgemm's large frame (measured: that overhead was about a third of a 1x1 conv tile
- * with 16 input channels); the last partial tile goes through ppl_brgemm. */
+ * with 16 input channels); the last partial tile goes through ppl_brgemm.  A stride-1
+ * convolution (k and lda both one channel block) gets a copy of the full tile with both as
+ * constants, so the tile reads its 14 rows at fixed offsets from one pointer: with lda in a
+ * register gcc kept the row offsets in general registers, some of them parked in vector
+ * registers (a move to port 0, the FMA port, per use), and 19 stack reads per 16 k (objdump). */
 static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nbatch,
                                                    const float **a, const float **b,
                                                    ptrdiff_t k, ptrdiff_t lda, float *c,
@@ -512,6 +497,10 @@ static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nb
     for (; count >= step; count -= step, c += step * ldc) {
         if (narrow)
             ppl_brgemm_narrow(n_valid, nbatch, a, b, k, lda, c, ldc, cbs, ep);
+#if PPL_VLEN > 4
+        else if (k == PPL_CB && lda == PPL_CB)
+            ppl_brgemm_tile(PPL_MR, nbatch, a, b, PPL_CB, PPL_CB, c, ldc, cbs, n_valid, ep, 0);
+#endif
         else
             ppl_brgemm_tile(PPL_MR, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep, 0);
         for (ptrdiff_t i = 0; i < nbatch; i++) a[i] += step * lda;
@@ -535,23 +524,76 @@ static __attribute__((noinline, unused)) void ppl_brgemm_row1_tiled(
     ppl_brgemm_tile(1, nbatch, a, b, k, 0, c, PPL_CB, cbs, n_valid, ep, 0);
 }
 
-/* PPL_A_BCAST: whether a GEMM copies its A chunk with every element broadcast to a whole
- * vector (PPL_VLEN floats), so that the tile reads each broadcast with one load.  SSE has no
- * broadcast load: a splat is a scalar load and a shuffle, and with two-operand instructions
- * each multiply-add also needs a register copy, so the 2 x 4 tile issued 28 instructions per
- * k for 16 multiplies and adds, more than the front end passes in the 4 cycles that the
- * multiply and add pipes need.  The broadcast copy takes 2 of those away:
- * benchmarks/brgemm_harness.c built for SSE on the 2-core Zen 4 EPYC, 512 x 768 x 512 at
- * 41.4 -> 48.2 GFLOP/s (82 -> 96% of the 50.2 that benchmarks/peak.py measures), 128 x 768 x
- * 768 41.9 -> 46.8-49.4.  AVX2 and AVX-512 broadcast from memory in one instruction. */
+/* How a GEMM lays out the K chunk of A that it copies (_gemm_fp32.pxi), per tier:
+ *
+ * PPL_A_BCAST (SSE): rows kc apart, every element broadcast to a whole vector (PPL_VLEN
+ * floats), so that the tile reads each broadcast with one load.  SSE has no broadcast load: a
+ * splat is a scalar load and a shuffle, and with two-operand instructions each multiply-add
+ * also needs a register copy, so the 2 x 4 tile issued 28 instructions per k for 16
+ * multiplies and adds, more than the front end passes in the 4 cycles that the multiply and
+ * add pipes need.  The broadcast copy takes 2 of those away: benchmarks/brgemm_harness.c
+ * built for SSE on the 2-core Zen 4 EPYC, 512 x 768 x 512 at 41.4 -> 48.2 GFLOP/s (82 -> 96%
+ * of the 50.2 that benchmarks/peak.py measures), 128 x 768 x 768 41.9 -> 46.8-49.4.
+ *
+ * Otherwise (AVX2, AVX-512) blocked: each tile's m rows in blocks of PPL_CB columns, block kb
+ * at kb * m * PPL_CB holding row r's columns at r * PPL_CB: the N16CX input of a stride-1
+ * convolution, so the tile reads A at fixed offsets from one pointer.  With rows a run-time
+ * lda apart the 14-row tile needs 14 row offsets in general registers; gcc parked some of
+ * them in vector registers and, out of vector registers, kept an accumulator on the stack
+ * (a store and a reload per k; objdump of the module), where benchmarks/brgemm_harness.c,
+ * whose loop had no spill, ran at 94% of a Sapphire Rapids core's peak and the module's GEMM
+ * at 58% (brgemm.py, session 11).  Blocked, with the accumulation in a function of its own
+ * (ppl_gemm_accumulate_blocked), the module's loop is the harness's, instruction for
+ * instruction.  On the Zen 4 EPYC, the module's GEMM steps 512 x 512 x 512 and 128 x 768 x
+ * 768, one core, median of 25 warm runs: 92.5 -> 97.3% and 91.8 -> 98.1% of peak. */
 #if PPL_VLEN == 4
 #define PPL_A_BCAST 1
 #else
 #define PPL_A_BCAST 0
 #endif
 
-/* One GEMM tile, 1 <= m <= PPL_MR rows, of A laid out for this tier: broadcast
- * (PPL_A_BCAST; lda counts elements) or plain, one batch element. */
+#if !PPL_A_BCAST
+/* acc += the tile's A (M rows, blocked as above) . B's k rows. */
+PPL_INLINE void ppl_tile_accumulate_blocked(const int M, const float *a, const float *b,
+                                            ptrdiff_t k, ppl_vf acc[][PPL_NV]) {
+    ptrdiff_t kb = 0;
+    for (; kb + PPL_CB <= k; kb += PPL_CB) {
+        ppl_tile_accumulate(M, 1, &a, &b, PPL_CB, PPL_CB, acc, 0);
+        a += M * PPL_CB;
+        b += PPL_CB * PPL_NB;
+    }
+    if (kb < k)
+        ppl_tile_accumulate(M, 1, &a, &b, k - kb, PPL_CB, acc, 0);
+}
+
+/* acc[:m] = the tile's A . B, one copy per tile height.  Apart from the epilogue: inlined
+ * into it, the 14 x 2 tile (28 accumulators, 2 B vectors and a broadcast: 31 of the 32
+ * registers) kept one accumulator on the stack, a store and a reload per k (objdump); alone
+ * it keeps them all in registers, and the tile pays 28 stores and loads of acc instead. */
+static __attribute__((noinline)) void ppl_gemm_accumulate_blocked(int m, const float *a,
+                                                                  const float *b, ptrdiff_t k,
+                                                                  ppl_vf acc[][PPL_NV]) {
+#define PPL_ACC_CASE(M) \
+    case M: { \
+        ppl_vf t[PPL_MR][PPL_NV]; \
+        _Pragma("GCC unroll 16") for (int r = 0; r < M; r++) \
+            _Pragma("GCC unroll 4") for (int v = 0; v < PPL_NV; v++) t[r][v] = ppl_splat(0.0f); \
+        ppl_tile_accumulate_blocked(M, a, b, k, t); \
+        _Pragma("GCC unroll 16") for (int r = 0; r < M; r++) \
+            _Pragma("GCC unroll 4") for (int v = 0; v < PPL_NV; v++) acc[r][v] = t[r][v]; \
+    } break;
+    switch (m) {
+    PPL_TILE_ROWS(PPL_ACC_CASE)
+    default: break;
+    }
+#undef PPL_ACC_CASE
+}
+
+#endif
+
+/* One GEMM tile, 1 <= m <= PPL_MR rows, of A laid out for this tier as above (lda: the row
+ * stride of a broadcast copy, in elements; unused when blocked), one batch element.  Every
+ * layout sums each output in the same order, k = 0, 1, ... (one row: ppl_brgemm_row1's). */
 static __attribute__((unused)) void ppl_brgemm_gemm(int m, int n_valid, const float *a,
                                                     const float *b, ptrdiff_t k,
                                                     ptrdiff_t lda, float *c, ptrdiff_t ldc,
@@ -567,10 +609,22 @@ static __attribute__((unused)) void ppl_brgemm_gemm(int m, int n_valid, const fl
 #endif
     default: break;
     }
-#undef PPL_GEMM_CASE
 #else
-    ppl_brgemm(m, n_valid, 1, &a, &b, k, lda, c, ldc, PPL_CB, ep);
+#define PPL_GEMM_CASE(M) \
+    case M: ppl_epilogue_store(M, acc, n_valid, c, ldc, PPL_CB, ep); break;
+    (void)lda;
+    if (m == 1) {
+        ppl_brgemm_row1(1, &a, &b, k, c, PPL_CB, n_valid, ep);
+        return;
+    }
+    ppl_vf acc[PPL_MR][PPL_NV];
+    ppl_gemm_accumulate_blocked(m, a, b, k, acc);
+    switch (m) {
+    PPL_TILE_ROWS(PPL_GEMM_CASE)
+    default: break;
+    }
 #endif
+#undef PPL_GEMM_CASE
 }
 
 /* ---- Depthwise convolution on N16CX: one 16-channel block, vectorised over channels. ---- */

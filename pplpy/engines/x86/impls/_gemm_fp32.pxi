@@ -20,10 +20,11 @@
 # epilogue pass over C, and Zen 4's L2 feeds a tile's panel fast enough.  (Prefetching the
 # next panel into L2 while the tiles go through one measured no faster on BERT-base: the
 # hardware prefetchers already follow the panel stream.)  Each K chunk of the row block's
-# A is first copied into the thread's scratch with a row stride of the chunk plus one
-# cache line: A's own row stride is often a multiple of 4 KB (K = 3072 x 4 B; K = 768 puts
-# every fourth row together), which puts the 14 rows a tile broadcasts from in one L1 set,
-# and the tile then reads A from L2 (K = 3072 ran at about half of peak).  When K is one
+# A is first copied into the thread's scratch, tile by tile, in blocks of 16 columns (a
+# tile's rows side by side in each block; _brgemm_fp32.h says why): read in place, A's row
+# stride is often a multiple of 4 KB (K = 3072 x 4 B; K = 768 puts every fourth row
+# together), which puts the 14 rows a tile broadcasts from in one L1 set, and the tile then
+# reads A from L2 (K = 3072 ran at about half of peak).  When K is one
 # chunk, the copy serves every item of the same rows that a thread takes in a row (the
 # other panel groups of the block): at one thread BERT's N = 3072 GEMM copied A 12 times.
 # On SSE (PPL_A_BCAST) the copy also broadcasts every element to a whole vector, which saves
@@ -43,6 +44,8 @@
 #   C broadcast at run time        added by the item after its tiles, with the post-op
 # Every output element is one tile's sum over the same K chunks whatever the split into
 # items, so every thread count gives the same bits.
+
+from libc.string cimport memcpy
 
 from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_partition
 
@@ -143,13 +146,17 @@ def gemm_pack_b(b, bint trans_b):
 
 
 cdef void _copy_a_chunk(const float *a, Py_ssize_t lda, int trans_a, Py_ssize_t nrows,
-                        Py_ssize_t k0, Py_ssize_t kc_len, float *dst,
-                        Py_ssize_t ldd) noexcept nogil:
-    """dst[r * ldd + kk] = A[r, k0 + kk] for r < nrows, kk < kc_len; A's row r at a + r * lda
-    (or, with trans_a, column r of the stored K x M).  Where PPL_A_BCAST, element
-    r * ldd + kk is instead the PPL_VLEN floats from (r * ldd + kk) * PPL_VLEN, all equal to
-    A[r, k0 + kk]."""
-    cdef Py_ssize_t r, kk, l
+                        Py_ssize_t k0, Py_ssize_t kc_len, float *dst, Py_ssize_t ldd,
+                        Py_ssize_t tile_rows, Py_ssize_t taller) noexcept nogil:
+    """Copy A[r, k0 + kk] (r < nrows, kk < kc_len; A's row r at a + r * lda, or with trans_a
+    column r of the stored K x M) into dst in the layout of the tier's tiles
+    (_brgemm_fp32.h, PPL_A_BCAST):
+      broadcast  element (r, kk) is the PPL_VLEN floats at (r * ldd + kk) * PPL_VLEN
+      blocked    the rows in tiles (the first `taller` of tile_rows + 1 rows, the rest of
+                 tile_rows); a tile of mm rows from row0 starts at row0 * kcp (kc_len
+                 rounded up to 16), and (r, kk) is at (kk - kk % 16) * mm + r * 16 + kk % 16
+                 from there."""
+    cdef Py_ssize_t r, kk, l, kb, w, mm, row0, tile, kcp
     cdef const float *src
     cdef float *d
     cdef float x
@@ -160,17 +167,25 @@ cdef void _copy_a_chunk(const float *a, Py_ssize_t lda, int trans_a, Py_ssize_t 
                 x = a[(k0 + kk) * lda + r] if trans_a else a[r * lda + k0 + kk]
                 for l in range(PPL_VLEN):
                     d[kk * PPL_VLEN + l] = x
-    elif trans_a:
-        for kk in range(kc_len):
-            src = a + (k0 + kk) * lda
-            for r in range(nrows):
-                dst[r * ldd + kk] = src[r]
-    else:
-        for r in range(nrows):
-            src = a + r * lda + k0
-            d = dst + r * ldd
-            for kk in range(kc_len):
-                d[kk] = src[kk]
+        return
+    kcp = (kc_len + 15) // 16 * 16
+    row0 = 0
+    tile = 0
+    while row0 < nrows:
+        mm = tile_rows + (1 if tile < taller else 0)
+        for kb in range(0, kc_len, 16):
+            w = min(<Py_ssize_t>16, kc_len - kb)
+            d = dst + row0 * kcp + kb * mm
+            for r in range(mm):
+                if trans_a:
+                    for kk in range(w):
+                        d[r * 16 + kk] = a[(k0 + kb + kk) * lda + row0 + r]
+                elif w == 16:
+                    memcpy(d + r * 16, a + (row0 + r) * lda + k0 + kb, 16 * sizeof(float))
+                else:
+                    memcpy(d + r * 16, a + (row0 + r) * lda + k0 + kb, w * sizeof(float))
+        row0 += mm
+        tile += 1
 
 
 cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack,
@@ -196,7 +211,8 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
     while True:  # at least one chunk: k = 0 still writes the epilogue
         kc_len = min(kc, k - k0)
         if not a_ready:
-            _copy_a_chunk(a, lda, trans_a, nrows, k0, kc_len, a_pack, lda_pack)
+            _copy_a_chunk(a, lda, trans_a, nrows, k0, kc_len, a_pack, lda_pack, tile_rows,
+                          taller)
         ep = ep_final[0]
         if k0 > 0:
             ep.accumulate = 1
@@ -212,7 +228,8 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
             row0 = 0
             for tile in range(ntiles):
                 mm = <int>(tile_rows + (1 if tile < taller else 0))
-                a_ptr = a_pack + row0 * lda_pack * (PPL_VLEN if PPL_A_BCAST else 1)
+                a_ptr = (a_pack + row0 * lda_pack * PPL_VLEN if PPL_A_BCAST
+                         else a_pack + row0 * ((kc_len + 15) // 16 * 16))
                 b_ptr = pb + ((p - panel_lo) * k + k0) * PPL_NB
                 if k0 == 0 and ep_final.addend != NULL:
                     ep.addend = &ep_final.addend[row0 * n + p * PPL_NB]
