@@ -485,8 +485,9 @@ static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nba
  * with 16 input channels); the last partial tile goes through ppl_brgemm.  A stride-1
  * convolution (k and lda both one channel block) gets a copy of the full tile with both as
  * constants, so the tile reads its 14 rows at fixed offsets from one pointer: with lda in a
- * register gcc kept the row offsets in general registers, some of them parked in vector
- * registers (a move to port 0, the FMA port, per use), and 19 stack reads per 16 k (objdump). */
+ * register gcc kept the row offsets in general registers, reloading the overflow from the
+ * stack (18 reads per 8 k) or from vector registers (7 moves, each on port 0, an FMA port;
+ * objdump). */
 static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nbatch,
                                                    const float **a, const float **b,
                                                    ptrdiff_t k, ptrdiff_t lda, float *c,
@@ -495,6 +496,11 @@ static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nb
     const int narrow = n_valid <= PPL_NB / 2;
     const ptrdiff_t step = narrow ? PPL_MR2 : PPL_MR;
     for (; count >= step; count -= step, c += step * ldc) {
+#if PPL_VLEN > 4
+        if (narrow && k == PPL_CB && lda == PPL_CB)
+            ppl_brgemm_narrow(n_valid, nbatch, a, b, PPL_CB, PPL_CB, c, ldc, cbs, ep);
+        else
+#endif
         if (narrow)
             ppl_brgemm_narrow(n_valid, nbatch, a, b, k, lda, c, ldc, cbs, ep);
 #if PPL_VLEN > 4
