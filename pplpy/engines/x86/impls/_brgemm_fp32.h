@@ -313,6 +313,21 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
         ppl_post_chain_tile(chain, chain_first, c, ldc, cbs, M, n_valid, col0);
 }
 
+/* An M-row tile's accumulators: set to zero, copied out. */
+PPL_INLINE void ppl_acc_zero(const int M, ppl_vf acc[][PPL_NV]) {
+#pragma GCC unroll 16
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NV; v++) acc[r][v] = ppl_splat(0.0f);
+}
+
+PPL_INLINE void ppl_acc_copy(const int M, ppl_vf dst[][PPL_NV], ppl_vf src[][PPL_NV]) {
+#pragma GCC unroll 16
+    for (int r = 0; r < M; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NV; v++) dst[r][v] = src[r][v];
+}
+
 /* acc[r][v] += sum over the batch of A_i[r, :k] . B_i[:k, v-th vector]; M, abc and (when the
  * caller passes a literal) k are compile-time constants after inlining.  abc: A holds every
  * element already broadcast to a whole vector (PPL_A_BCAST below; lda still counts
@@ -351,10 +366,7 @@ PPL_INLINE void ppl_brgemm_tile(const int M, ptrdiff_t nbatch, const float **a, 
                                 ptrdiff_t cbs, int n_valid, const ppl_epilogue *ep,
                                 const int abc) {
     ppl_vf acc[PPL_MR][PPL_NV];
-#pragma GCC unroll 16
-    for (int r = 0; r < M; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < PPL_NV; v++) acc[r][v] = ppl_splat(0.0f);
+    ppl_acc_zero(M, acc);
 #if PPL_VLEN > 4
     if (k == PPL_CB)
         ppl_tile_accumulate(M, nbatch, a, b, PPL_CB, lda, acc, abc);
@@ -456,21 +468,50 @@ static __attribute__((unused)) void ppl_brgemm_narrow(int n_valid, ptrdiff_t nba
     }
 }
 
+/* acc[:m] = the batch-reduced product of an m-row tile (2 <= m <= PPL_MR), apart from the
+ * epilogue for the reason ppl_gemm_accumulate_blocked gives: inlined with it, the 14-row
+ * k = 16 loop kept an accumulator on the stack (8 stores per 8 k; objdump).  Rows stay a
+ * run-time lda apart here (tails of convolution rows, attention, ConvTranspose). */
+static __attribute__((noinline, unused)) void ppl_brgemm_accumulate(
+        int m, ptrdiff_t nbatch, const float **a, const float **b, ptrdiff_t k, ptrdiff_t lda,
+        ppl_vf acc[][PPL_NV]) {
+#define PPL_ACC_CASE(M) \
+    case M: { \
+        ppl_vf t[PPL_MR][PPL_NV]; \
+        ppl_acc_zero(M, t); \
+        if (PPL_VLEN > 4 && k == PPL_CB) \
+            ppl_tile_accumulate(M, nbatch, a, b, PPL_CB, lda, t, 0); \
+        else \
+            ppl_tile_accumulate(M, nbatch, a, b, k, lda, t, 0); \
+        ppl_acc_copy(M, acc, t); \
+    } break;
+    switch (m) {
+    PPL_TILE_ROWS(PPL_ACC_CASE)
+    default: break;
+    }
+#undef PPL_ACC_CASE
+}
+
 /* C = epilogue(sum over nbatch of A_i[m x k] . B_i[k x PPL_NB]), 0 <= m <= PPL_MR,
  * or m = PPL_MR2 with n_valid <= PPL_NB / 2 (the narrow tile); columns at
- * and past n_valid (1 <= n_valid <= PPL_NB) are computed but not written.  The switch gives
- * every row count its own fully unrolled copy of the kernel. */
+ * and past n_valid (1 <= n_valid <= PPL_NB) are computed but not written.  Every row count
+ * has its own fully unrolled copy of the kernel (ppl_brgemm_accumulate's switch). */
 static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nbatch, const float **a, const float **b,
                        ptrdiff_t k, ptrdiff_t lda, float *c, ptrdiff_t ldc, ptrdiff_t cbs,
                        const ppl_epilogue *ep) {
 #define PPL_TILE_CASE(M) \
-    case M: ppl_brgemm_tile(M, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep, 0); break;
+    case M: ppl_epilogue_store(M, acc, n_valid, c, ldc, cbs, ep); break;
     if (m == PPL_MR2 && n_valid <= PPL_NB / 2) {
         ppl_brgemm_narrow(n_valid, nbatch, a, b, k, lda, c, ldc, cbs, ep);
         return;
     }
+    if (m == 1) {
+        ppl_brgemm_row1(nbatch, a, b, k, c, cbs, n_valid, ep);
+        return;
+    }
+    ppl_vf acc[PPL_MR][PPL_NV];
+    ppl_brgemm_accumulate(m, nbatch, a, b, k, lda, acc);
     switch (m) {
-    case 1: ppl_brgemm_row1(nbatch, a, b, k, c, cbs, n_valid, ep); break;
     PPL_TILE_ROWS(PPL_TILE_CASE)
     default: break;
     }
@@ -576,17 +617,14 @@ PPL_INLINE void ppl_tile_accumulate_blocked(const int M, const float *a, const f
  * into it, the 14 x 2 tile (28 accumulators, 2 B vectors and a broadcast: 31 of the 32
  * registers) kept one accumulator on the stack, a store and a reload per k (objdump); alone
  * it keeps them all in registers, and the tile pays 28 stores and loads of acc instead. */
-static __attribute__((noinline)) void ppl_gemm_accumulate_blocked(int m, const float *a,
-                                                                  const float *b, ptrdiff_t k,
-                                                                  ppl_vf acc[][PPL_NV]) {
+static __attribute__((noinline, unused)) void ppl_gemm_accumulate_blocked(
+        int m, const float *a, const float *b, ptrdiff_t k, ppl_vf acc[][PPL_NV]) {
 #define PPL_ACC_CASE(M) \
     case M: { \
         ppl_vf t[PPL_MR][PPL_NV]; \
-        _Pragma("GCC unroll 16") for (int r = 0; r < M; r++) \
-            _Pragma("GCC unroll 4") for (int v = 0; v < PPL_NV; v++) t[r][v] = ppl_splat(0.0f); \
+        ppl_acc_zero(M, t); \
         ppl_tile_accumulate_blocked(M, a, b, k, t); \
-        _Pragma("GCC unroll 16") for (int r = 0; r < M; r++) \
-            _Pragma("GCC unroll 4") for (int v = 0; v < PPL_NV; v++) acc[r][v] = t[r][v]; \
+        ppl_acc_copy(M, acc, t); \
     } break;
     switch (m) {
     PPL_TILE_ROWS(PPL_ACC_CASE)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One call's worth of measurements on a lent machine (the 16-core Xeon), in priority order,
+# each step with its own time limit, everything written to $OUT as it goes:
+#     bash benchmarks/device_check.sh [threads, default 1,4,16]
+# Build (about 2 min on 16 cores), brgemm.py and the C harness on one core (the module
+# against the header alone), a ResNet-50 profile at one and 16 threads (per-node items), then
+# the whole suite against ONNX Runtime.  Pitfalls it avoids, both met on the device: files
+# the tool does not copy (.gitignore'd ones, such as *.c outside benchmarks/) and a bare
+# `wait` in a script whose output goes through a process substitution (it waits for the
+# tee too, until the call's limit).
+set -u
+out="${OUT:-$(mktemp -d)}"
+threads="${1:-1,4,16}"
+cpu="${CPU:-2}"   # the core of the one-core measurements
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+mkdir -p "$out"
+log="$out/device_check.txt"
+say() { echo "[$(date +%T)] $*" | tee -a "$log"; }
+step() {  # step LIMIT_S NAME CMD...: run CMD from /tmp (the installed pplpy), log its output
+    local limit=$1 name=$2; shift 2
+    say "== $name"
+    (cd /tmp && timeout "$limit" "$@") >> "$log" 2>&1 || say "   ($name: exit $?)"
+}
+say "$(lscpu | grep -E 'Model name' | tr -s ' '), $(nproc) CPUs"
+say "== build"
+(cd "$repo" && python3 -m pip install -q --no-build-isolation --no-deps . ) >> "$log" 2>&1 \
+    || { say "build failed"; exit 1; }
+step 60 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" --tiers avx512,fma
+step 60 "C harness (one core)" taskset -c "$cpu" bash "$repo/benchmarks/brgemm_harness.sh" 14x2x8
+python3 "$repo/benchmarks/models.py" --save "$out/models" --models resnet50 >> "$log" 2>&1
+for t in 1 16; do
+    step 60 "ResNet-50 profile, $t threads" python3 -m pplpy.tools.pplnn \
+        --onnx-model "$out/models/resnet50.onnx" --num-threads "$t" --enable-profiling \
+        --warmup-iterations 3 --min-profiling-iterations 10
+done
+rm -rf "$out/models"
+step 330 "suite, threads $threads" python3 "$repo/benchmarks/run.py" --threads "$threads" \
+    --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
+say "done"
