@@ -328,6 +328,22 @@ PPL_INLINE void ppl_acc_copy(const int M, ppl_vf dst[][PPL_NV], ppl_vf src[][PPL
         for (int v = 0; v < PPL_NV; v++) dst[r][v] = src[r][v];
 }
 
+/* The body of a noinline accumulate function (the callers below say why they stand apart
+ * from the epilogue): a switch over the tile height m whose case M zeroes a tile t of its
+ * own, runs PPL_ACC_BODY(M, t), which the function defines around it, and copies t to acc. */
+#define PPL_ACC_CASE(M) \
+    case M: { \
+        ppl_vf t[PPL_MR][PPL_NV]; \
+        ppl_acc_zero(M, t); \
+        PPL_ACC_BODY(M, t); \
+        ppl_acc_copy(M, acc, t); \
+    } break;
+#define PPL_ACC_SWITCH(m, acc) \
+    switch (m) { \
+    PPL_TILE_ROWS(PPL_ACC_CASE) \
+    default: break; \
+    }
+
 /* acc[r][v] += sum over the batch of A_i[r, :k] . B_i[:k, v-th vector]; M, abc and (when the
  * caller passes a literal) k are compile-time constants after inlining.  abc: A holds every
  * element already broadcast to a whole vector (PPL_A_BCAST below; lda still counts
@@ -475,21 +491,13 @@ static __attribute__((unused)) void ppl_brgemm_narrow(int n_valid, ptrdiff_t nba
 static __attribute__((noinline, unused)) void ppl_brgemm_accumulate(
         int m, ptrdiff_t nbatch, const float **a, const float **b, ptrdiff_t k, ptrdiff_t lda,
         ppl_vf acc[][PPL_NV]) {
-#define PPL_ACC_CASE(M) \
-    case M: { \
-        ppl_vf t[PPL_MR][PPL_NV]; \
-        ppl_acc_zero(M, t); \
-        if (PPL_VLEN > 4 && k == PPL_CB) \
-            ppl_tile_accumulate(M, nbatch, a, b, PPL_CB, lda, t, 0); \
-        else \
-            ppl_tile_accumulate(M, nbatch, a, b, k, lda, t, 0); \
-        ppl_acc_copy(M, acc, t); \
-    } break;
-    switch (m) {
-    PPL_TILE_ROWS(PPL_ACC_CASE)
-    default: break;
-    }
-#undef PPL_ACC_CASE
+#define PPL_ACC_BODY(M, t) \
+    if (PPL_VLEN > 4 && k == PPL_CB) \
+        ppl_tile_accumulate(M, nbatch, a, b, PPL_CB, lda, t, 0); \
+    else \
+        ppl_tile_accumulate(M, nbatch, a, b, k, lda, t, 0)
+    PPL_ACC_SWITCH(m, acc)
+#undef PPL_ACC_BODY
 }
 
 /* C = epilogue(sum over nbatch of A_i[m x k] . B_i[k x PPL_NB]), 0 <= m <= PPL_MR,
@@ -619,18 +627,9 @@ PPL_INLINE void ppl_tile_accumulate_blocked(const int M, const float *a, const f
  * it keeps them all in registers, and the tile pays 28 stores and loads of acc instead. */
 static __attribute__((noinline, unused)) void ppl_gemm_accumulate_blocked(
         int m, const float *a, const float *b, ptrdiff_t k, ppl_vf acc[][PPL_NV]) {
-#define PPL_ACC_CASE(M) \
-    case M: { \
-        ppl_vf t[PPL_MR][PPL_NV]; \
-        ppl_acc_zero(M, t); \
-        ppl_tile_accumulate_blocked(M, a, b, k, t); \
-        ppl_acc_copy(M, acc, t); \
-    } break;
-    switch (m) {
-    PPL_TILE_ROWS(PPL_ACC_CASE)
-    default: break;
-    }
-#undef PPL_ACC_CASE
+#define PPL_ACC_BODY(M, t) ppl_tile_accumulate_blocked(M, a, b, k, t)
+    PPL_ACC_SWITCH(m, acc)
+#undef PPL_ACC_BODY
 }
 
 #endif
