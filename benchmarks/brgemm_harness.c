@@ -123,7 +123,7 @@ static void gemm(int M, int N, int K, int lda, int kc, double peak, ppl_epilogue
                     ppl_brgemm_gemm(rows + (t < taller), PPL_NB,
                                     chunk + (size_t)row0 * kcp * (PPL_A_BCAST ? PPL_VLEN : 1),
                                     B + ((size_t)p * K + (size_t)c * kc) * PPL_NB, kc, kcp,
-                                    C + (size_t)row0 * N + p * PPL_NB, N, ep);
+                                    C + (size_t)row0 * N + p * PPL_NB, N, ep, NULL, 0, 0);
         }
         t0 = now() - t0;
         if (t0 < best) best = t0;

@@ -41,7 +41,8 @@ cdef extern from "_brgemm_fp32.h" nogil:
                                Py_ssize_t k, float *c, Py_ssize_t cbs, int n_valid,
                                const ppl_epilogue *ep)
     void ppl_brgemm_gemm(int m, int n_valid, const float *a, const float *b, Py_ssize_t k,
-                         Py_ssize_t lda, float *c, Py_ssize_t ldc, const ppl_epilogue *ep)
+                         Py_ssize_t lda, float *c, Py_ssize_t ldc, const ppl_epilogue *ep,
+                         const float *pf, Py_ssize_t pf_lda, int pf_rows)
 
     void ppl_dw_row(const float *x, Py_ssize_t H, Py_ssize_t W, const float *w,
                     const float *bias, float *y, Py_ssize_t OW, Py_ssize_t oh, int KH, int KW,

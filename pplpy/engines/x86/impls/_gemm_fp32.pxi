@@ -20,13 +20,19 @@
 # epilogue pass over C, and Zen 4's L2 feeds a tile's panel fast enough.  (Prefetching the
 # next panel into L2 while the tiles go through one measured no faster on BERT-base: the
 # hardware prefetchers already follow the panel stream.)  Each K chunk of the row block's
-# A is first copied into the thread's scratch, tile by tile, in blocks of 16 columns (a
+# A is copied into the thread's scratch, tile by tile as the block's first panel reaches
+# the tile, in blocks of 16 columns (a
 # tile's rows side by side in each block; _brgemm_fp32.h says why): read in place, A's row
 # stride is often a multiple of 4 KB (K = 3072 x 4 B; K = 768 puts every fourth row
 # together), which puts the 14 rows a tile broadcasts from in one L1 set, and the tile then
 # reads A from L2 (K = 3072 ran at about half of peak).  When K is one
 # chunk, the copy serves every item of the same rows that a thread takes in a row (the
 # other panel groups of the block): at one thread BERT's N = 3072 GEMM copied A 12 times.
+# A is read only N / PPL_NB times, so a tall, narrow GEMM waits on memory in the copy (3136
+# x 64 x 576, A 7 MB: 13% of its time in the copy, `perf`): while a tile of the first panel
+# computes, the next tile's source rows are prefetched into L2 (ppl_prefetch_rows), and
+# that GEMM went from 81 / 73 / 83% of peak to 87-88 / 86-87 / 86% (avx512 / fma / sse,
+# benchmarks/brgemm.py on the 2-core Zen 4 EPYC).
 # On SSE (PPL_A_BCAST) the copy also broadcasts every element to a whole vector, which saves
 # the tile a shuffle per row and k (_brgemm_fp32.h says what it measured).
 # The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
@@ -91,7 +97,6 @@ ctypedef struct _GemmArgs:
     float c_beta
     ppl_post_chain chain        # the post-ops; when c is set, applied after C (ep has none)
     Py_ssize_t npanels, nmblocks, rows_per_block, ngroups, panels_per_group, kc
-    Py_ssize_t lda_pack         # row stride of the copied A chunk (kc + _A_PAD)
     float *scratch              # max_threads slices of scratch_floats
     Py_ssize_t scratch_floats
     int max_threads
@@ -145,74 +150,73 @@ def gemm_pack_b(b, bint trans_b):
     return packed
 
 
-cdef void _copy_a_chunk(const float *a, Py_ssize_t lda, int trans_a, Py_ssize_t nrows,
-                        Py_ssize_t k0, Py_ssize_t kc_len, float *dst, Py_ssize_t ldd,
-                        Py_ssize_t tile_rows, Py_ssize_t taller) noexcept nogil:
-    """Copy A[r, k0 + kk] (r < nrows, kk < kc_len; A's row r at a + r * lda, or with trans_a
-    column r of the stored K x M) into dst in the layout of the tier's tiles
-    (_brgemm_fp32.h, PPL_A_BCAST):
-      broadcast  element (r, kk) is the PPL_VLEN floats at (r * ldd + kk) * PPL_VLEN
-      blocked    the rows in tiles (the first `taller` of tile_rows + 1 rows, the rest of
-                 tile_rows); a tile of mm rows from row0 starts at row0 * kcp (kc_len
-                 rounded up to 16), and (r, kk) is at (kk - kk % 16) * mm + r * 16 + kk % 16
-                 from there."""
-    cdef Py_ssize_t r, kk, l, kb, w, mm, row0, tile, kcp
-    cdef const float *src
+cdef void _copy_a_tile(const float *a, Py_ssize_t lda, int trans_a, Py_ssize_t row0,
+                       Py_ssize_t mm, Py_ssize_t k0, Py_ssize_t kc_len,
+                       float *dst) noexcept nogil:
+    """Copy one tile's rows of A's K chunk, A[row0 + r, k0 + kk] (r < mm, kk < kc_len; A's
+    row r at a + r * lda, or with trans_a column r of the stored K x M), to dst in the layout
+    of the tier's tiles (_brgemm_fp32.h, PPL_A_BCAST):
+      broadcast  element (r, kk) is the PPL_VLEN floats at (r * ldd + kk) * PPL_VLEN, where
+                 ldd = kc_len rounded up to 16, plus _A_PAD
+      blocked    element (r, kk) is at (kk - kk % 16) * mm + r * 16 + kk % 16."""
+    cdef Py_ssize_t r, kk, l, kb, w, ldd
     cdef float *d
     cdef float x
     if PPL_A_BCAST:
-        for r in range(nrows):
+        ldd = _a_row_floats(kc_len)
+        for r in range(mm):
             d = dst + r * ldd * PPL_VLEN
             for kk in range(kc_len):
-                x = a[(k0 + kk) * lda + r] if trans_a else a[r * lda + k0 + kk]
+                x = (a[(k0 + kk) * lda + row0 + r] if trans_a
+                     else a[(row0 + r) * lda + k0 + kk])
                 for l in range(PPL_VLEN):
                     d[kk * PPL_VLEN + l] = x
         return
-    kcp = (kc_len + 15) // 16 * 16
-    row0 = 0
-    tile = 0
-    while row0 < nrows:
-        mm = tile_rows + (1 if tile < taller else 0)
-        for kb in range(0, kc_len, 16):
-            w = min(<Py_ssize_t>16, kc_len - kb)
-            d = dst + row0 * kcp + kb * mm
-            for r in range(mm):
-                if trans_a:
-                    for kk in range(w):
-                        d[r * 16 + kk] = a[(k0 + kb + kk) * lda + row0 + r]
-                elif w == 16:
-                    memcpy(d + r * 16, a + (row0 + r) * lda + k0 + kb, 16 * sizeof(float))
-                else:
-                    memcpy(d + r * 16, a + (row0 + r) * lda + k0 + kb, w * sizeof(float))
-        row0 += mm
-        tile += 1
+    for kb in range(0, kc_len, 16):
+        w = min(<Py_ssize_t>16, kc_len - kb)
+        d = dst + kb * mm
+        for r in range(mm):
+            if trans_a:
+                for kk in range(w):
+                    d[r * 16 + kk] = a[(k0 + kb + kk) * lda + row0 + r]
+            elif w == 16:
+                memcpy(d + r * 16, a + (row0 + r) * lda + k0 + kb, 16 * sizeof(float))
+            else:
+                memcpy(d + r * 16, a + (row0 + r) * lda + k0 + kb, w * sizeof(float))
+
+
+cdef inline Py_ssize_t _a_row_floats(Py_ssize_t kc_len) noexcept nogil:
+    """Elements per row of a tile's copied A: kc_len rounded up to a 16-column block, plus
+    _A_PAD in the broadcast layout (rows of a broadcast copy are 16 * kc_len bytes apart and
+    would otherwise all fall into one L1 set when that is a multiple of 4 KB)."""
+    return (kc_len + 15) // 16 * 16 + (_A_PAD if PPL_A_BCAST else 0)
 
 
 cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack,
-                      Py_ssize_t lda_pack, const float *pb, Py_ssize_t k, Py_ssize_t n,
+                      const float *pb, Py_ssize_t k, Py_ssize_t n,
                       float *out, const ppl_epilogue *ep_final, Py_ssize_t nrows,
                       Py_ssize_t panel_lo, Py_ssize_t panel_hi,
                       Py_ssize_t kc, bint a_ready) noexcept nogil:
     """out[rows [0, nrows), panels] of the product, K chunk by K chunk (first chunk adds
     addend and bias, last applies the post-op).  a points at row 0 of the block (row r at
     + r * lda, or with trans_a column r of a K x M matrix), pb at panel panel_lo; each K
-    chunk of A goes through a_pack (nrows x lda_pack elements, each PPL_VLEN floats where
-    PPL_A_BCAST) first, unless a_ready says that a_pack already holds this block's only
-    chunk."""
+    chunk of A goes through a_pack (nrows x _a_row_floats(kc) elements, each PPL_VLEN floats
+    where PPL_A_BCAST) first, tile by tile as the first panel reaches it, unless a_ready says
+    that a_pack already holds this block's only chunk.  While a tile of that first panel
+    computes, the source rows of the next tile are prefetched (ppl_prefetch_rows)."""
     cdef ppl_epilogue ep
     cdef Py_ssize_t k0 = 0, p, row0, kc_len, tile, ntiles, tile_rows, taller
     cdef const float *a_ptr
     cdef const float *b_ptr
+    cdef const float *pf
     cdef int mm, n_valid
+    cdef bint copy
     # near-equal tiles: the first `taller` tiles have one row more
     ntiles = (nrows + PPL_MR - 1) // PPL_MR
     tile_rows = nrows // ntiles
     taller = nrows - tile_rows * ntiles
     while True:  # at least one chunk: k = 0 still writes the epilogue
         kc_len = min(kc, k - k0)
-        if not a_ready:
-            _copy_a_chunk(a, lda, trans_a, nrows, k0, kc_len, a_pack, lda_pack, tile_rows,
-                          taller)
         ep = ep_final[0]
         if k0 > 0:
             ep.accumulate = 1
@@ -225,18 +229,24 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
         for p in range(panel_lo, panel_hi):
             n_valid = <int>min(<Py_ssize_t>PPL_NB, n - p * PPL_NB)
             ep.col0 = p * PPL_NB
+            copy = p == panel_lo and not a_ready
             row0 = 0
             for tile in range(ntiles):
                 mm = <int>(tile_rows + (1 if tile < taller else 0))
-                a_ptr = (a_pack + row0 * lda_pack * PPL_VLEN if PPL_A_BCAST
-                         else a_pack + row0 * ((kc_len + 15) // 16 * 16))
+                a_ptr = a_pack + row0 * _a_row_floats(kc_len) * (PPL_VLEN if PPL_A_BCAST else 1)
+                if copy:
+                    _copy_a_tile(a, lda, trans_a, row0, mm, k0, kc_len, <float *>a_ptr)
+                pf = NULL
+                if copy and not trans_a and tile + 1 < ntiles:
+                    pf = a + (row0 + mm) * lda + k0
                 b_ptr = pb + ((p - panel_lo) * k + k0) * PPL_NB
                 if k0 == 0 and ep_final.addend != NULL:
                     ep.addend = &ep_final.addend[row0 * n + p * PPL_NB]
                 if k0 == 0 and ep_final.bias != NULL:
                     ep.bias = &ep_final.bias[p * PPL_NB]
-                ppl_brgemm_gemm(mm, n_valid, a_ptr, b_ptr, kc_len, lda_pack,
-                                out + row0 * n + p * PPL_NB, n, &ep)
+                ppl_brgemm_gemm(mm, n_valid, a_ptr, b_ptr, kc_len, _a_row_floats(kc_len),
+                                out + row0 * n + p * PPL_NB, n, &ep, pf, lda,
+                                <int>(tile_rows + (1 if tile + 1 < taller else 0)))
                 row0 += mm
         k0 += kc_len
         if k0 >= k:
@@ -307,7 +317,7 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
                 ep.addend = ep.addend + (bi * g.m + row_lo) * g.n
             # rows [row_lo, row_hi) of A (with trans_a: columns of the stored K x M)
             _gemm_block(a_e + (row_lo if g.trans_a else row_lo * g.lda), g.lda, g.trans_a,
-                        scratch_a, g.lda_pack, pb, g.k, g.n, out_e + row_lo * g.n, &ep,
+                        scratch_a, pb, g.k, g.n, out_e + row_lo * g.n, &ep,
                         row_hi - row_lo, p_lo, p_hi, g.kc, a_held == bi * g.nmblocks + mb)
             # With one K chunk the copy stays valid for this thread's next item of the
             # same rows (its items are consecutive: the other panel groups of the block).
@@ -404,7 +414,7 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
         while rows_per_block < m and m % rows_per_block == 1:
             rows_per_block += 1
         nmblocks = (m + rows_per_block - 1) // rows_per_block
-    cdef Py_ssize_t lda_pack = (kc + 15) // 16 * 16 + _A_PAD
+    cdef Py_ssize_t lda_pack = _a_row_floats(kc)
 
     # per thread: the panel group packed at run time (raw B), then the copied A chunk
     cdef Py_ssize_t scratch_floats = rows_per_block * lda_pack * a_vec
@@ -458,7 +468,6 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     g.npanels, g.nmblocks, g.rows_per_block = npanels, nmblocks, rows_per_block
     g.ngroups, g.panels_per_group = ngroups, panels_per_group
     g.kc = kc
-    g.lda_pack = lda_pack
     scratch_v = scratch
     # 64-byte aligned start, so the copied rows of A begin on cache lines
     g.scratch = &scratch_v[0]  # slices on cache lines of their own (per_thread.py)
