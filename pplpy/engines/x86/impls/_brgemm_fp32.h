@@ -83,14 +83,15 @@ typedef int ppl_vi __attribute__((vector_size(PPL_VLEN * 4)));
  * peak in two runs with 16, at 94-96% in both with 8 (the same stack traffic in both builds:
  * no spills either way, so the front end, not the registers).  pplpy's brgemm.py there: square
  * 57% -> 72%, batch-reduce 58% -> 67%.  On a Zen 4 EPYC both unrolls ran at 95-97%.  AVX2
- * keeps 16 (not measured); SSE's 2 x 4 tile runs best unrolled 4 times (of 4, 8 and 16). */
+ * keeps 16 (not measured).  SSE's 2 x 4 tile: 4 and 8 ran the GEMM alike, 16 at half speed;
+ * once the direct convolution read a broadcast copy whose batch elements span all input
+ * blocks (K = 64 on the brgemm.py layer, _conv_fp32.pxi), 8 ran brgemm.py's three K >= 256
+ * shapes 1-4 points faster than 4 (2-core Zen 4 EPYC, two runs each). */
 #ifndef PPL_KUNROLL
-#if PPL_VLEN == 16
-#define PPL_KUNROLL 8
-#elif PPL_VLEN == 4
-#define PPL_KUNROLL 4
-#else
+#if PPL_VLEN == 8
 #define PPL_KUNROLL 16
+#else
+#define PPL_KUNROLL 8
 #endif
 #endif
 #define PPL_STR(x) #x
@@ -566,6 +567,24 @@ static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nb
         for (ptrdiff_t i = 0; i < nbatch; i++) a[i] += m * lda;
         c += m * ldc;
         count -= m;
+    }
+}
+
+/* ppl_brgemm_run's full tiles over A broadcast (PPL_A_BCAST's layout: every element a whole
+ * vector, lda still counting elements): count // PPL_MR tiles of PPL_MR rows, a[] moved
+ * past them; the caller runs the rest (count % PPL_MR rows) through ppl_brgemm_run on A as
+ * it is.  For the sse tier's direct convolution (_conv_fp32.pxi), whose copy puts a
+ * pixel's channel blocks side by side so that a batch element spans them all (k = 16 x
+ * blocks): each output sums its products in ppl_brgemm_run's order, so the two give the
+ * same bits. */
+static __attribute__((unused)) void ppl_brgemm_run_bcast(ptrdiff_t count, ptrdiff_t nbatch,
+                                                         const float **a, const float **b,
+                                                         ptrdiff_t k, ptrdiff_t lda, float *c,
+                                                         ptrdiff_t ldc, ptrdiff_t cbs,
+                                                         int n_valid, const ppl_epilogue *ep) {
+    for (; count >= PPL_MR; count -= PPL_MR, c += PPL_MR * ldc) {
+        ppl_brgemm_tile(PPL_MR, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, ep, 1);
+        for (ptrdiff_t i = 0; i < nbatch; i++) a[i] += PPL_MR * lda * PPL_VLEN;
     }
 }
 

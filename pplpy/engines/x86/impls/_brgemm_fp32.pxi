@@ -37,6 +37,10 @@ cdef extern from "_brgemm_fp32.h" nogil:
     void ppl_brgemm_run(Py_ssize_t count, Py_ssize_t nbatch, const float **a,
                         const float **b, Py_ssize_t k, Py_ssize_t lda, float *c,
                         Py_ssize_t ldc, Py_ssize_t cbs, int n_valid, const ppl_epilogue *ep)
+    void ppl_brgemm_run_bcast(Py_ssize_t count, Py_ssize_t nbatch, const float **a,
+                              const float **b, Py_ssize_t k, Py_ssize_t lda, float *c,
+                              Py_ssize_t ldc, Py_ssize_t cbs, int n_valid,
+                              const ppl_epilogue *ep)
     void ppl_brgemm_row1_tiled(Py_ssize_t nbatch, const float **a, const float **b,
                                Py_ssize_t k, float *c, Py_ssize_t cbs, int n_valid,
                                const ppl_epilogue *ep)

@@ -9,7 +9,8 @@
 # of one panel of PPL_NB output channels is a brgemm: the A rows are MR consecutive output
 # pixels, whose 16 input channels of one block sit 16 * stride_w floats apart; the batch runs
 # over kernel taps x input-channel blocks, each a K = 16 step against a packed 16 x PPL_NB
-# weight block.  Pixels whose taps all fit along W go MR at a time along their row; border
+# weight block.  On sse the full tiles of row interiors read a broadcast copy of their input
+# instead, a tap per batch element (_BcastRows).  Pixels whose taps all fit along W go MR at a time along their row; border
 # columns go MR at a time down the column where all kernel rows fit; the corners one pixel
 # at a time.  Out-of-image taps are left out of the batch: padding is never materialised.
 #
@@ -77,9 +78,16 @@ cdef extern from "_dwconv_fp32.h" nogil:
         PPL_DWC_SLAB_W
 
 cdef enum:
-    # Output pixels a work item covers at least (rows permitting): a panel's weights, read
-    # from L2, then serve many pixels, and border columns get tiles several rows tall.
-    _ITEM_PIXELS = 32 * PPL_MR
+    # Register tiles of output pixels a work item covers at least (rows permitting): a
+    # panel's weights, read from L2, then serve many pixels, and border columns get tiles
+    # several rows tall.  Row segments of a few dozen tiles: the input they read stays in L2
+    # across panels.  Both at least so many pixels: sse's 2-pixel tiles made items of two
+    # rows of 32-pixel segments, whose input rows (copied for _BcastRows) were half halo and
+    # whose interiors were split in two.
+    _ITEM_TILES = 32
+    _ITEM_PIXELS_MIN = 128
+    _SEG_TILES = 16
+    _SEG_PIXELS_MIN = 64
     _PARALLEL_FLOPS = 1 << 20   # a smaller conv runs as a serial step
     # A depthwise conv moves a byte per few FLOPs: MobileNetV2's 3x3 over 960 channels at
     # 7x7 (0.85 MFLOP) ran serially under the dense threshold.
@@ -91,6 +99,8 @@ cdef enum:
     # item computes from it, and tall enough that the rows two items share are few.
     _DW_SLAB_FLOATS = 32 * 1024
     _BIAS_TMP = 32              # scratch floats for one item's biases (PPL_NB and PPL_CB <= 32)
+    # sse: an item's input rows broadcast (_BcastRows) take at most this many floats (1 MB)
+    _BCAST_FLOATS = 1 << 18
 
 ctypedef struct _ConvDims:
     Py_ssize_t icb, ocb            # channel blocks of x and y
@@ -124,7 +134,33 @@ ctypedef struct _ConvArgs:
     Py_ssize_t cap
     float *scratch                 # max_threads slices of scratch_floats
     Py_ssize_t scratch_floats
+    Py_ssize_t bcast_off           # sse: where _BcastRows.data starts in a slice; -1: none
+    Py_ssize_t bcast_floats        # and its size
     int max_threads
+
+
+ctypedef struct _Src:
+    # Where a batch element's A starts: input block c's pixel (ih, iw) at
+    # base + c * plane + (ih - ih0) * row + (iw - iw0) * pix; one element spans `blocks`
+    # input blocks (1, or all of them where a pixel's blocks are side by side).
+    const float *base
+    Py_ssize_t plane, row, pix, ih0, iw0, blocks
+
+
+ctypedef struct _BcastRows:
+    # sse (PPL_A_BCAST): the input rows [ih_lo, ih_hi), columns [iw_lo, iw_hi) of input
+    # blocks [icb_lo, icb_lo + nicb) of image n that an item's row interiors read, every
+    # float broadcast to a whole vector (_brgemm_fp32.h, PPL_A_BCAST), a pixel's nicb
+    # blocks side by side: the direct conv's 2 x 4 tile then loads each broadcast instead
+    # of shuffling it, as the GEMM's does, and each tap is one batch element of K = 16 *
+    # nicb (the weight's blocks of one tap are side by side too).  Kept for the thread's
+    # next items over the same pixels (the other panels: panels are the innermost item
+    # index).  benchmarks/brgemm.py's 9 x (3136 x 64 x 64) layer on the 2-core Zen 4 EPYC,
+    # sse tier: 79% of the tier's peak before, 82-84% with the copy in 16-channel batch
+    # elements (the per-element overhead of 36 elements of K = 16 then dominated: the loop
+    # itself ran at 87% in benchmarks/brgemm_harness.c), 95-97% with a tap per element.
+    float *data
+    Py_ssize_t n, icb_lo, nicb, ih_lo, ih_hi, iw_lo, iw_hi    # what data holds; n -1: none
 
 
 def _conv_layout(Py_ssize_t oc, Py_ssize_t icg, Py_ssize_t group, Py_ssize_t kh,
@@ -212,6 +248,11 @@ def conv_pack_weight(w, int group):
     return packed
 
 
+cdef inline Py_ssize_t _seg_pixels() noexcept nogil:
+    """Output pixels per row segment of a dense conv's work item (see _SEG_TILES)."""
+    return max(<Py_ssize_t>(_SEG_TILES * PPL_MR), <Py_ssize_t>_SEG_PIXELS_MIN)
+
+
 cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
     return (a + b - 1) // b
 
@@ -234,13 +275,12 @@ cdef void _interior_rows(const _ConvDims *d, Py_ssize_t *lo, Py_ssize_t *hi) noe
         lo[0] = hi[0] = 0
 
 
-cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *wp,
+cdef Py_ssize_t _gather_taps(const _ConvDims *d, const _Src *src, const float *wp,
                              Py_ssize_t nicb, Py_ssize_t oh, Py_ssize_t ow,
                              const float **a_ptrs, const float **b_ptrs) noexcept nogil:
-    """The brgemm batch of output pixel (oh, ow): A and B blocks of every (tap, input block)
-    whose tap lands inside the image, or with a planar x of every (tap, input channel), row c
-    of the tap's block; returns its length."""
-    cdef Py_ssize_t plane = d.H * d.W * d.ps
+    """The brgemm batch of output pixel (oh, ow): A (in src) and B blocks of every (tap,
+    input block) whose tap lands inside the image, or with a planar x of every (tap, input
+    channel), row c of the tap's block; returns its length."""
     # A panel of padding channels only (nicb 0) has an empty batch: its lanes get bias 0.
     cdef Py_ssize_t per_tap = (d.kc if nicb > 0 else 0) if d.planar else nicb
     cdef Py_ssize_t ih, iw, c, nb = 0
@@ -253,14 +293,53 @@ cdef Py_ssize_t _gather_taps(const _ConvDims *d, const float *x_n, const float *
             iw = ow * d.sw - d.pl + <Py_ssize_t>kw * d.dw
             if iw < 0 or iw >= d.W:
                 continue
-            for c in range(per_tap):
-                a_ptrs[nb] = x_n + c * plane + (ih * d.W + iw) * d.ps
+            c = 0
+            while c < per_tap:
+                a_ptrs[nb] = (src.base + c * src.plane + (ih - src.ih0) * src.row
+                              + (iw - src.iw0) * src.pix)
                 if d.planar:
                     b_ptrs[nb] = wp + ((kh * d.kw + kw) * PPL_CB + c) * PPL_NB
                 else:
                     b_ptrs[nb] = wp + ((kh * d.kw + kw) * nicb + c) * PPL_CB * PPL_NB
                 nb += 1
+                c += src.blocks
     return nb
+
+
+cdef bint _bcast_rows(const _ConvDims *d, const float *x_n, Py_ssize_t n,
+                      Py_ssize_t icb_lo, Py_ssize_t nicb, Py_ssize_t oh_lo,
+                      Py_ssize_t oh_hi, Py_ssize_t ow_lo, Py_ssize_t ow_hi,
+                      Py_ssize_t cap, _BcastRows *bc, _Src *src) noexcept nogil:
+    """Make bc hold the broadcast input that output rows [oh_lo, oh_hi) x interior columns
+    [ow_lo, ow_hi) read (copying it unless it already does) and src point into it; False
+    (nothing done) where it would take more than cap floats."""
+    cdef Py_ssize_t ih_lo = max(<Py_ssize_t>0, oh_lo * d.sh - d.pt)
+    cdef Py_ssize_t ih_hi = min(d.H, (oh_hi - 1) * d.sh - d.pt + <Py_ssize_t>(d.kh - 1) * d.dh + 1)
+    cdef Py_ssize_t iw_lo = ow_lo * d.sw - d.pl
+    cdef Py_ssize_t iw_hi = (ow_hi - 1) * d.sw - d.pl + <Py_ssize_t>(d.kw - 1) * d.dw + 1
+    cdef Py_ssize_t nrows = ih_hi - ih_lo, ncols = iw_hi - iw_lo, c, ih, iw, j, l
+    cdef const float *s
+    cdef float *t
+    if nrows <= 0 or nrows * ncols * nicb * PPL_CB * PPL_VLEN > cap:
+        return False
+    if not (bc.n == n and bc.icb_lo == icb_lo and bc.nicb == nicb and bc.ih_lo == ih_lo
+            and bc.ih_hi == ih_hi and bc.iw_lo == iw_lo and bc.iw_hi == iw_hi):
+        for ih in range(ih_lo, ih_hi):
+            for iw in range(iw_lo, iw_hi):
+                t = bc.data + ((ih - ih_lo) * ncols + iw - iw_lo) * nicb * PPL_CB * PPL_VLEN
+                for c in range(nicb):
+                    s = x_n + (c * d.H * d.W + ih * d.W + iw) * PPL_CB
+                    for j in range(PPL_CB):
+                        for l in range(PPL_VLEN):
+                            t[(c * PPL_CB + j) * PPL_VLEN + l] = s[j]
+        bc.n, bc.icb_lo, bc.nicb = n, icb_lo, nicb
+        bc.ih_lo, bc.ih_hi, bc.iw_lo, bc.iw_hi = ih_lo, ih_hi, iw_lo, iw_hi
+    src.base = bc.data
+    src.plane = PPL_CB * PPL_VLEN
+    src.pix = nicb * src.plane
+    src.row = ncols * src.pix
+    src.ih0, src.iw0, src.blocks = ih_lo, iw_lo, nicb
+    return True
 
 
 cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
@@ -268,12 +347,14 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
                            Py_ssize_t n, Py_ssize_t oh_lo, Py_ssize_t oh_hi,
                            Py_ssize_t ow_begin, Py_ssize_t ow_end, Py_ssize_t p,
                            const ppl_epilogue *ep_base, const float **a_ptrs,
-                           const float **b_ptrs) noexcept nogil:
+                           const float **b_ptrs, _BcastRows *bc,
+                           Py_ssize_t bc_cap) noexcept nogil:
     """y[n, panel p, oh_lo:oh_hi, ow_begin:ow_end] as brgemm tiles over (tap, input block)
     batches: MR pixels along a row where every tap fits, MR pixels down a border (or
     remainder) column where every kernel row fits, and the corners pixel by pixel.  wp is
     the panel's packed weight block, reading input blocks [icb_lo, icb_lo + nicb); bias its
-    PPL_NB biases."""
+    PPL_NB biases.  bc (or NULL): where the row interiors' full tiles may read a broadcast
+    copy of their input, at most bc_cap floats."""
     cdef Py_ssize_t col0 = p * PPL_NB
     cdef int n_valid = <int>min(<Py_ssize_t>PPL_NB, d.ocb * PPL_CB - col0)
     cdef Py_ssize_t cbs = d.OH * d.OW * PPL_CB
@@ -283,7 +364,12 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     cdef int kc = 1 if d.planar else d.kc
     if d.planar:  # one block: the image's kc planes
         x_n = x + n * d.kc * d.H * d.W
-    cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb, col_rows
+    cdef _Src src, src_b
+    src.base, src.ih0, src.iw0, src.blocks = x_n, 0, 0, 1
+    src.pix = d.ps
+    src.row = d.W * d.ps
+    src.plane = d.H * d.W * d.ps
+    cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb, col_rows, full
     cdef ppl_epilogue ep = ep_base[0]
     ep.bias = bias
     ep.col0 = col0
@@ -308,14 +394,26 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     if r_lo >= r_hi:
         r_lo = r_hi = oh_hi
 
-    # Row interiors (every tap along W fits; rows may lose kernel rows at the top/bottom).
+    # Row interiors (every tap along W fits; rows may lose kernel rows at the top/bottom);
+    # on sse, their full tiles from a broadcast copy where one is made (_BcastRows).
     cdef Py_ssize_t end
+    cdef bint bcast = (bc != NULL and n_valid > PPL_NB // 2 and ow_lo < ow_hi and nicb > 0
+                       and _bcast_rows(d, x_n, n, icb_lo, nicb, oh_lo, oh_hi, ow_lo, ow_hi,
+                                       bc_cap, bc, &src_b))
     for oh in range(oh_lo, oh_hi):
         end = ow_split if r_lo <= oh < r_hi else ow_hi
-        if ow_lo < end:
-            nb = _gather_taps(d, x_n, wp, nicb, oh, ow_lo, a_ptrs, b_ptrs)
-            ppl_brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, kc, <Py_ssize_t>d.sw * d.ps,
-                           y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, &ep)
+        full = (end - ow_lo) // PPL_MR * PPL_MR if bcast and ow_lo < end else 0
+        if full > 0:
+            nb = _gather_taps(d, &src_b, wp, nicb, oh, ow_lo, a_ptrs, b_ptrs)
+            ppl_brgemm_run_bcast(full, nb, a_ptrs, b_ptrs, nicb * PPL_CB,
+                                 <Py_ssize_t>d.sw * nicb * PPL_CB,
+                                 y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid,
+                                 &ep)
+        if ow_lo + full < end:
+            nb = _gather_taps(d, &src, wp, nicb, oh, ow_lo + full, a_ptrs, b_ptrs)
+            ppl_brgemm_run(end - ow_lo - full, nb, a_ptrs, b_ptrs, kc,
+                           <Py_ssize_t>d.sw * d.ps, y_p + (oh * d.OW + ow_lo + full) * PPL_CB,
+                           PPL_CB, cbs, n_valid, &ep)
 
     # Columns: down the column over rows whose kernel rows all fit, then the corners.
     for ow in range(ow_begin, ow_end):
@@ -324,7 +422,7 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
         if r_lo < r_hi:
             # The item's rows depend on the team size; a last tile of one row goes in the
             # tiles' order of summation (ppl_brgemm_row1_tiled), so no split changes a bit.
-            nb = _gather_taps(d, x_n, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
+            nb = _gather_taps(d, &src, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
             col_rows = r_hi - r_lo - (1 if (r_hi - r_lo) % PPL_MR == 1 else 0)
             ppl_brgemm_run(col_rows, nb, a_ptrs, b_ptrs, kc, <Py_ssize_t>d.sh * d.W * d.ps,
                            y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid,
@@ -338,7 +436,7 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
         for oh in range(oh_lo, oh_hi):
             if r_lo <= oh < r_hi:
                 continue
-            nb = _gather_taps(d, x_n, wp, nicb, oh, ow, a_ptrs, b_ptrs)
+            nb = _gather_taps(d, &src, wp, nicb, oh, ow, a_ptrs, b_ptrs)
             ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, kc, 0, y_p + (oh * d.OW + ow) * PPL_CB,
                        PPL_CB, cbs, &ep)
 
@@ -369,6 +467,8 @@ cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nog
     cdef float *scratch
     cdef const float **a_ptrs
     cdef const float **b_ptrs
+    cdef _BcastRows bc
+    cdef _BcastRows *bcp = NULL
     if nthreads > c.max_threads:  # a larger team than the scratch was made for
         if tid >= c.max_threads:
             return
@@ -376,6 +476,10 @@ cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nog
     a_ptrs = c.ptrs + tid * 2 * c.cap
     b_ptrs = a_ptrs + c.cap
     scratch = c.scratch + tid * c.scratch_floats
+    if c.bcast_off >= 0:  # empty at every run: x may hold a new input
+        bc.data = scratch + c.bcast_off
+        bc.n = -1
+        bcp = &bc
     ppl_partition(c.nitems, tid, nthreads, &begin, &end)
     for item in range(begin, end):
         p = item % c.npanels
@@ -399,7 +503,8 @@ cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nog
             oh_lo, oh_hi, ow_lo, ow_hi = 0, d.OH, 0, d.OW
         for n in range(n_lo, n_hi):
             _conv_dense_item(c.x, wp, c.panels[3 * p + 1], c.panels[3 * p + 2], bias, c.y, d,
-                             n, oh_lo, oh_hi, ow_lo, ow_hi, p, &c.ep, a_ptrs, b_ptrs)
+                             n, oh_lo, oh_hi, ow_lo, ow_hi, p, &c.ep, a_ptrs, b_ptrs,
+                             bcp if c.w != NULL else NULL, c.bcast_floats)
 
 
 cdef void _conv_dw_slab_item(const _ConvArgs *c, Py_ssize_t item, float *scratch,
@@ -511,8 +616,9 @@ cdef Py_ssize_t _dense_split(_ConvDims *d, bint pointwise, Py_ssize_t batch,
     count of a dense conv with a packed weight for a team of num_threads."""
     cdef Py_ssize_t want, unit
     nseg[0] = _ceil_div(d.OW, d.seg)
-    # Items span several rows unless rows are long (see _ITEM_PIXELS).
-    nrowblk[0] = _ceil_div(d.OH, _ceil_div(_ITEM_PIXELS, min(d.OW, d.seg)))
+    # Items span several rows unless rows are long (see _ITEM_TILES).
+    nrowblk[0] = _ceil_div(d.OH, _ceil_div(max(_ITEM_TILES * PPL_MR, _ITEM_PIXELS_MIN),
+                                           min(d.OW, d.seg)))
     want = _ceil_div(PPL_MIN_ITEMS_PER_THREAD * num_threads, batch * npanels)
     if nrowblk[0] * nseg[0] < want:  # too few items for the team (PPL_MIN_ITEMS_PER_THREAD)
         if pointwise:
@@ -535,7 +641,7 @@ def conv_dense_work_items(Py_ssize_t batch, int in_c, int out_c, Py_ssize_t OH, 
     conv of these shapes with a packed weight and a team of num_threads: for choosing an
     algorithm before any step is made."""
     cdef _ConvDims d
-    d.OH, d.OW, d.seg = OH, OW, PPL_MR * 16
+    d.OH, d.OW, d.seg = OH, OW, _seg_pixels()
     cdef bint pointwise = _is_pointwise(kh, kw, stride_h, stride_w, pad_top, pad_left)
     if pointwise:
         d.OW, d.OH = OH * OW, 1
@@ -606,8 +712,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     d.kc = in_c if d.icb == 1 else PPL_CB
     d.planar = x_planar
     d.ps = 1 if x_planar else PPL_CB
-    # Row segments of a few dozen tiles: the input they read stays in L2 across panels.
-    d.seg = PPL_MR * 16
+    d.seg = _seg_pixels()
     cdef bint pointwise = (not depthwise and OH == H and OW == W
                            and _is_pointwise(kh, kw, stride_h, stride_w, pad_top, pad_left))
     if pointwise:
@@ -627,6 +732,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
         bias_pad[:out_c] = bias
 
     cdef Py_ssize_t npanels = 0, max_nicb = 0, nitems, cap = 1
+    cdef Py_ssize_t bcast_off = -1, bcast_floats = 0    # sse: _BcastRows in the scratch
     cdef Py_ssize_t scratch_floats = _BIAS_TMP  # a run-time bias
     cdef Py_ssize_t taps = <Py_ssize_t>kh * kw
     cdef Py_ssize_t mult = out_c // in_c if depthwise else 1
@@ -673,6 +779,15 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
         else:
             nitems = _dense_split(&d, pointwise, batch, npanels, num_threads, &nrowblk, &rows,
                                   &nseg)
+            if PPL_A_BCAST and not x_planar and taps > 1:
+                bcast_floats = (min(H, (rows - 1) * stride_h + (kh - 1) * dil_h + 1)
+                                * min(W, (min(d.seg, OW) - 1) * stride_w + (kw - 1) * dil_w + 1)
+                                * max_nicb * PPL_CB * PPL_VLEN)
+                if bcast_floats <= _BCAST_FLOATS:
+                    bcast_off = _ceil_div(scratch_floats, 16) * 16
+                    scratch_floats = bcast_off + bcast_floats
+                else:
+                    bcast_floats = 0
     # Each thread's slices on cache lines of their own (per_thread.py): whole lines.
     scratch_floats = _ceil_div(scratch_floats, 16) * 16
     scratch, _ = per_thread_buffer(num_threads, scratch_floats, numpy.float32)
@@ -727,6 +842,7 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     c.cap = cap
     c.scratch = &scratch_v[0]
     c.scratch_floats = scratch_floats
+    c.bcast_off, c.bcast_floats = bcast_off, bcast_floats
     c.max_threads = num_threads
     return step
 

@@ -237,6 +237,9 @@ CONV_CASES = [
     #   last goes down its column, one row per item at 16 threads
     (1, 32, 64, 1, 28, 28, 3, 3, (2, 2), (1, 1), (1, 1)),      # stride 2 into 14 x 14
     (1, 32, 32, 32, 14, 14, 3, 3, (2, 2), (1, 1), (1, 1)),     # depthwise slab, rows cut
+    # sse: one thread's items need more input than the broadcast copy may take (_BcastRows,
+    # _BCAST_FLOATS), 16 threads' fewer rows fit: with and without the copy, same bits
+    (1, 512, 16, 1, 16, 16, 3, 3, (1, 1), (1, 1), (1, 1)),
 ]
 
 
@@ -325,6 +328,28 @@ def test_conv_step_threads_bitwise(conv, case, raw):
     assert np.isfinite(results[0]).all(), "padding lanes of y must be finite"
     for other in results[1:]:
         np.testing.assert_array_equal(other, results[0])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_step_reads_new_input_on_every_run(conv, threads):
+    """A step run again after its input changed computes from the new values: the sse
+    tier's broadcast copy of the input, kept from item to item, must not outlive a run."""
+    n, ic, oc, h, w = 2, 32, 48, 9, 12
+    rng = np.random.default_rng(5)
+    wt = rng.standard_normal((oc, ic, 3, 3), dtype=np.float32)
+    b = rng.standard_normal(oc, dtype=np.float32)
+    xn = to_n16cx(np.zeros((n, ic, h, w), np.float32))
+    y = np.zeros((n, oc // 16, h, w, 16), np.float32)
+    step = conv.make_conv2d_n16cx_step(addr(xn), addr(y), n, ic, oc, 1, h, w, h, w, 3, 3, 1, 1,
+                                       1, 1, 1, 1, 0, 0.0, 0.0, threads,
+                                       packed_w=conv.conv_pack_weight(wt, 1), bias=b,
+                                       keep=(xn, y))
+    for _ in range(3):
+        x = rng.standard_normal((n, ic, h, w), dtype=np.float32)
+        xn[...] = to_n16cx(x)
+        run_steps([step], threads)
+        ref = conv_ref(x, wt, b, 1, (1, 1), (1, 1), (1, 1), (h, w))
+        np.testing.assert_allclose(from_n16cx(y, oc), ref, rtol=1e-4, atol=1e-3)
 
 
 def test_conv_step_rejects_bad_arguments(conv):
