@@ -77,6 +77,8 @@ def stem_model(ic, oc, spatial, kernel, attrs, act=None, constant_w=True, batch=
     (7, 33, (6, 10), (5, 5), {"pads": [2, 2, 2, 2], "dilations": [1, 2]}),
     (15, 16, (5, 7), (1, 1), {}),                                          # a pointwise one
     (3, 24, (23,), (3,), {"strides": [2], "pads": [1, 1]}),                 # 1-D
+    (3, 64, (23, 21), (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),  # ResNet's stem
+    (2, 8, (9, 11), (5, 5), {"pads": [2, 1, 2, 3], "dilations": [2, 1]}),
 ])
 @pytest.mark.parametrize("act", [None, "relu6", "swish"])
 def test_planar_first_conv(isa, ic, oc, spatial, kernel, attrs, act, tmp_path):

@@ -9,10 +9,11 @@
 # of one panel of PPL_NB output channels is a brgemm: the A rows are MR consecutive output
 # pixels, whose 16 input channels of one block sit 16 * stride_w floats apart; the batch runs
 # over kernel taps x input-channel blocks, each a K = 16 step against a packed 16 x PPL_NB
-# weight block.  On sse the full tiles of row interiors read a broadcast copy of their input
-# instead, a tap per batch element (_BcastRows).  Pixels whose taps all fit along W go MR at a time along their row; border
+# weight block.  Pixels whose taps all fit along W go MR at a time along their row; border
 # columns go MR at a time down the column where all kernel rows fit; the corners one pixel
 # at a time.  Out-of-image taps are left out of the batch: padding is never materialised.
+# On sse the full tiles along rows read a broadcast copy of their input instead, one batch
+# element per tap (_BcastRows).
 #
 # Groups are folded into the weights: panel p's output channels read only the input-channel
 # blocks of the groups they belong to, and the weights of the other groups' channels inside
@@ -119,6 +120,8 @@ ctypedef struct _ConvArgs:
     Py_ssize_t batch
     int depthwise
     const float *w                 # packed weight data, or NULL: raw_w is packed by items
+    const float *w_rows            # planar x, dilation_w 1: _planar_row_weights, or NULL
+    Py_ssize_t w_rows_panel        # its floats per panel
     const float *raw_w             # (OC, IC/group, KH, KW) computed at run time
     const long long *panels        # dense: (offset, first input block, input blocks) each
     Py_ssize_t npanels, max_nicb
@@ -248,6 +251,23 @@ def conv_pack_weight(w, int group):
     return packed
 
 
+def _planar_row_weights(data, panels, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t kc):
+    """A planar x's packed weights once more, each panel's block [kh][kw][16][PPL_NB] as
+    [kh][c < kc][kw][PPL_NB]: the kw taps of a kernel row and channel side by side, as the
+    pixels of x's row they multiply are (dilation_w 1), so that a row interior's tile takes
+    a whole kernel row per batch element (_gather_kernel_rows) instead of a tap: with K = 1
+    per element, ResNet-50's 7 x 7 stem and the 3 x 3 stems of the mobile nets ran at half
+    of the core's peak, the loop around each element costing as much as its FMAs."""
+    cdef Py_ssize_t p, size = kh * kc * kw * PPL_NB
+    out = aligned_zeros((panels.shape[0], size), numpy.float32)
+    for p in range(panels.shape[0]):
+        if panels[p, 2] == 0:  # padding channels only: an empty batch
+            continue
+        block = data[panels[p, 0]:panels[p, 0] + kh * kw * PPL_CB * PPL_NB]
+        out[p] = block.reshape(kh, kw, PPL_CB, PPL_NB)[:, :, :kc].transpose(0, 2, 1, 3).reshape(-1)
+    return out
+
+
 cdef inline Py_ssize_t _seg_pixels() noexcept nogil:
     """Output pixels per row segment of a dense conv's work item (see _SEG_TILES)."""
     return max(<Py_ssize_t>(_SEG_TILES * PPL_MR), <Py_ssize_t>_SEG_PIXELS_MIN)
@@ -306,6 +326,27 @@ cdef Py_ssize_t _gather_taps(const _ConvDims *d, const _Src *src, const float *w
     return nb
 
 
+cdef Py_ssize_t _gather_kernel_rows(const _ConvDims *d, const float *x_n,
+                                    const float *w_rows, Py_ssize_t nicb, Py_ssize_t oh,
+                                    Py_ssize_t ow, const float **a_ptrs,
+                                    const float **b_ptrs) noexcept nogil:
+    """The brgemm batch of output pixel (oh, ow) of a planar x whose taps along W all fit:
+    one element per (kernel row inside the image, input channel), of K = kw taps side by side
+    in x's row (dilation_w 1) against w_rows (_planar_row_weights) of the panel; returns its
+    length."""
+    cdef Py_ssize_t ih, c, nb = 0
+    cdef int kh
+    for kh in range(d.kh):
+        ih = oh * d.sh - d.pt + <Py_ssize_t>kh * d.dh
+        if ih < 0 or ih >= d.H or nicb == 0:
+            continue
+        for c in range(d.kc):
+            a_ptrs[nb] = x_n + (c * d.H + ih) * d.W + ow * d.sw - d.pl
+            b_ptrs[nb] = w_rows + (kh * d.kc + c) * d.kw * PPL_NB
+            nb += 1
+    return nb
+
+
 cdef bint _bcast_rows(const _ConvDims *d, const float *x_n, Py_ssize_t n,
                       Py_ssize_t icb_lo, Py_ssize_t nicb, Py_ssize_t oh_lo,
                       Py_ssize_t oh_hi, Py_ssize_t ow_lo, Py_ssize_t ow_hi,
@@ -314,7 +355,8 @@ cdef bint _bcast_rows(const _ConvDims *d, const float *x_n, Py_ssize_t n,
     [ow_lo, ow_hi) read (copying it unless it already does) and src point into it; False
     (nothing done) where it would take more than cap floats."""
     cdef Py_ssize_t ih_lo = max(<Py_ssize_t>0, oh_lo * d.sh - d.pt)
-    cdef Py_ssize_t ih_hi = min(d.H, (oh_hi - 1) * d.sh - d.pt + <Py_ssize_t>(d.kh - 1) * d.dh + 1)
+    cdef Py_ssize_t ih_hi = min(d.H, (oh_hi - 1) * d.sh - d.pt
+                                + <Py_ssize_t>(d.kh - 1) * d.dh + 1)
     cdef Py_ssize_t iw_lo = ow_lo * d.sw - d.pl
     cdef Py_ssize_t iw_hi = (ow_hi - 1) * d.sw - d.pl + <Py_ssize_t>(d.kw - 1) * d.dw + 1
     cdef Py_ssize_t nrows = ih_hi - ih_lo, ncols = iw_hi - iw_lo, c, ih, iw, j, l
@@ -347,14 +389,16 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
                            Py_ssize_t n, Py_ssize_t oh_lo, Py_ssize_t oh_hi,
                            Py_ssize_t ow_begin, Py_ssize_t ow_end, Py_ssize_t p,
                            const ppl_epilogue *ep_base, const float **a_ptrs,
-                           const float **b_ptrs, _BcastRows *bc,
-                           Py_ssize_t bc_cap) noexcept nogil:
+                           const float **b_ptrs, _BcastRows *bc, Py_ssize_t bc_cap,
+                           const float *w_rows) noexcept nogil:
     """y[n, panel p, oh_lo:oh_hi, ow_begin:ow_end] as brgemm tiles over (tap, input block)
     batches: MR pixels along a row where every tap fits, MR pixels down a border (or
     remainder) column where every kernel row fits, and the corners pixel by pixel.  wp is
     the panel's packed weight block, reading input blocks [icb_lo, icb_lo + nicb); bias its
     PPL_NB biases.  bc (or NULL): where the row interiors' full tiles may read a broadcast
-    copy of their input, at most bc_cap floats."""
+    copy of their input, at most bc_cap floats.  w_rows (or NULL): with a planar x, the
+    panel's weights for row interiors in batch elements of a whole kernel row
+    (_gather_kernel_rows)."""
     cdef Py_ssize_t col0 = p * PPL_NB
     cdef int n_valid = <int>min(<Py_ssize_t>PPL_NB, d.ocb * PPL_CB - col0)
     cdef Py_ssize_t cbs = d.OH * d.OW * PPL_CB
@@ -409,7 +453,11 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
                                  <Py_ssize_t>d.sw * nicb * PPL_CB,
                                  y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid,
                                  &ep)
-        if ow_lo + full < end:
+        if ow_lo + full < end and w_rows != NULL:
+            nb = _gather_kernel_rows(d, x_n, w_rows, nicb, oh, ow_lo, a_ptrs, b_ptrs)
+            ppl_brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, d.kw, d.sw,
+                           y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, &ep)
+        elif ow_lo + full < end:
             nb = _gather_taps(d, &src, wp, nicb, oh, ow_lo + full, a_ptrs, b_ptrs)
             ppl_brgemm_run(end - ow_lo - full, nb, a_ptrs, b_ptrs, kc,
                            <Py_ssize_t>d.sw * d.ps, y_p + (oh * d.OW + ow_lo + full) * PPL_CB,
@@ -504,7 +552,8 @@ cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nog
         for n in range(n_lo, n_hi):
             _conv_dense_item(c.x, wp, c.panels[3 * p + 1], c.panels[3 * p + 2], bias, c.y, d,
                              n, oh_lo, oh_hi, ow_lo, ow_hi, p, &c.ep, a_ptrs, b_ptrs,
-                             bcp if c.w != NULL else NULL, c.bcast_floats)
+                             bcp if c.w != NULL else NULL, c.bcast_floats,
+                             c.w_rows + p * c.w_rows_panel if c.w_rows != NULL else NULL)
 
 
 cdef void _conv_dw_slab_item(const _ConvArgs *c, Py_ssize_t item, float *scratch,
@@ -794,18 +843,24 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     cap = _ceil_div(cap, 4) * 4
     ptrs, _ = per_thread_buffer(num_threads, 2 * cap, numpy.uintp)
 
+    w_rows = None
+    if x_planar and dil_w == 1 and packed_w is not None:
+        w_rows = _planar_row_weights(packed_w["data"].reshape(-1), packed_w["panels"], kh, kw,
+                                     in_c)
+
     cdef double flops = 2.0 * batch * out_c * OH * OW * taps * (in_c // group)
     cdef Step step = new_step(_conv_depthwise_step if depthwise else _conv_dense_step,
                               sizeof(_ConvArgs),
                               flops >= (_PARALLEL_DW_FLOPS if depthwise else _PARALLEL_FLOPS)
                               or (not depthwise and
                                   4.0 * out_c * taps * (in_c // group) >= _PARALLEL_W_BYTES),
-                              (keep, layout, bias_pad, scratch, ptrs))
+                              (keep, layout, bias_pad, scratch, ptrs, w_rows))
     cdef _ConvArgs *c = <_ConvArgs *>step.args
     cdef float[::1] scratch_v = scratch
     cdef size_t[::1] ptrs_v = ptrs
     cdef const float[::1] bias_v
     cdef const float[::1] wv
+    cdef const float[:, ::1] w_rows_v
     cdef const long long[:, ::1] panels_v
     c.x = <const float *>x
     c.y = <float *>y
@@ -817,6 +872,11 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
         wv = packed_w["data"].reshape(-1)
         c.w = &wv[0]
     c.raw_w = <const float *>w
+    c.w_rows, c.w_rows_panel = NULL, 0
+    if w_rows is not None:
+        w_rows_v = w_rows
+        c.w_rows = &w_rows_v[0, 0]
+        c.w_rows_panel = w_rows.shape[1]
     c.panels = NULL
     if not depthwise:
         panels_v = layout["panels"]
