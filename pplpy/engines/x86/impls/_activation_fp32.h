@@ -542,6 +542,20 @@ PPL_ACT_INLINE ppl_vf ppl_swish(ppl_vf x, float alpha) {
     return ppl_act_select(e == ppl_act_splat(__builtin_inff()), ppl_act_splat(0.0f),
                           x / (one + e));
 #else
+    if (alpha == 1.0f) {
+        /* The same one division.  exp(-x) with x kept within +-87.34, so that 2**n is one
+         * normal factor (|n| <= 126) and exp(-x) finite; below -87.34, swish's magnitude is
+         * under 1e-36 and it gives 0, as the route through sigmoid does.  About a third
+         * fewer operations than that route (exp of |x|, a division, two selects): `perf` on
+         * EfficientNet-B0 at the fma tier, the Swish over stored conv tiles went from 13.2%
+         * to 10.2% of the samples (the model's time, 15.4-15.5 ms, within the noise). */
+        const ppl_vf xc = ppl_act_min_keepnan(ppl_act_max_keepnan(x, PPL_EXP_LO), -PPL_EXP_LO);
+        ppl_vf fn, k;
+        const ppl_vf u = ppl_exp_reduce(xc, -1.0f, &fn, &k);
+        const ppl_vf e = ppl_exp_scale(ppl_exp_poly(u, -1.0f), fn, k, 0);
+        return ppl_act_select(x < ppl_act_splat(PPL_EXP_LO), ppl_act_splat(0.0f),
+                              x / (ppl_act_splat(1.0f) + e));
+    }
     const ppl_vf s = ppl_sigmoid(x * ppl_act_splat(alpha));
     return ppl_act_select(s == ppl_act_splat(0.0f), ppl_act_splat(0.0f), x * s);
 #endif
