@@ -438,26 +438,31 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     if r_lo >= r_hi:
         r_lo = r_hi = oh_hi
 
-    # Row interiors (every tap along W fits; rows may lose kernel rows at the top/bottom);
-    # on sse, their full tiles from a broadcast copy where one is made (_BcastRows).
+    # Row interiors (every tap along W fits; rows may lose kernel rows at the top/bottom).
+    # A batch element is a tap and input block (_gather_taps); on sse the full tiles read a
+    # broadcast copy instead, a whole tap per element (_BcastRows); with a planar x, a kernel
+    # row of one channel per element (_gather_kernel_rows).
     cdef Py_ssize_t end
     cdef bint bcast = (bc != NULL and n_valid > PPL_NB // 2 and ow_lo < ow_hi and nicb > 0
                        and _bcast_rows(d, x_n, n, icb_lo, nicb, oh_lo, oh_hi, ow_lo, ow_hi,
                                        bc_cap, bc, &src_b))
     for oh in range(oh_lo, oh_hi):
         end = ow_split if r_lo <= oh < r_hi else ow_hi
-        full = (end - ow_lo) // PPL_MR * PPL_MR if bcast and ow_lo < end else 0
+        if ow_lo >= end:
+            continue
+        if w_rows != NULL:
+            nb = _gather_kernel_rows(d, x_n, w_rows, nicb, oh, ow_lo, a_ptrs, b_ptrs)
+            ppl_brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, d.kw, d.sw,
+                           y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, &ep)
+            continue
+        full = (end - ow_lo) // PPL_MR * PPL_MR if bcast else 0
         if full > 0:
             nb = _gather_taps(d, &src_b, wp, nicb, oh, ow_lo, a_ptrs, b_ptrs)
             ppl_brgemm_run_bcast(full, nb, a_ptrs, b_ptrs, nicb * PPL_CB,
                                  <Py_ssize_t>d.sw * nicb * PPL_CB,
                                  y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid,
                                  &ep)
-        if ow_lo + full < end and w_rows != NULL:
-            nb = _gather_kernel_rows(d, x_n, w_rows, nicb, oh, ow_lo, a_ptrs, b_ptrs)
-            ppl_brgemm_run(end - ow_lo, nb, a_ptrs, b_ptrs, d.kw, d.sw,
-                           y_p + (oh * d.OW + ow_lo) * PPL_CB, PPL_CB, cbs, n_valid, &ep)
-        elif ow_lo + full < end:
+        if ow_lo + full < end:
             nb = _gather_taps(d, &src, wp, nicb, oh, ow_lo + full, a_ptrs, b_ptrs)
             ppl_brgemm_run(end - ow_lo - full, nb, a_ptrs, b_ptrs, kc,
                            <Py_ssize_t>d.sw * d.ps, y_p + (oh * d.OW + ow_lo + full) * PPL_CB,

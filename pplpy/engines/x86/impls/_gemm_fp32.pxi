@@ -21,8 +21,8 @@
 # next panel into L2 while the tiles go through one measured no faster on BERT-base: the
 # hardware prefetchers already follow the panel stream.)  Each K chunk of the row block's
 # A is copied into the thread's scratch, tile by tile as the block's first panel reaches
-# the tile, in blocks of 16 columns (a
-# tile's rows side by side in each block; _brgemm_fp32.h says why): read in place, A's row
+# the tile, in blocks of 16 columns (a tile's rows side by side in each block;
+# _brgemm_fp32.h says why): read in place, A's row
 # stride is often a multiple of 4 KB (K = 3072 x 4 B; K = 768 puts every fourth row
 # together), which puts the 14 rows a tile broadcasts from in one L1 set, and the tile then
 # reads A from L2 (K = 3072 ran at about half of peak).  When K is one
@@ -30,9 +30,9 @@
 # other panel groups of the block): at one thread BERT's N = 3072 GEMM copied A 12 times.
 # A is read only N / PPL_NB times, so a tall, narrow GEMM waits on memory in the copy (3136
 # x 64 x 576, A 7 MB: 13% of its time in the copy, `perf`): while a tile of the first panel
-# computes, the next tile's source rows are prefetched into L2 (ppl_prefetch_rows), and
-# that GEMM went from 81 / 73 / 83% of peak to 87-88 / 86-87 / 86% (avx512 / fma / sse,
-# benchmarks/brgemm.py on the 2-core Zen 4 EPYC).
+# computes, the next tile's source rows are prefetched into L2 (ppl_prefetch_rows): the
+# copy then took 7% of that GEMM, which went from 81 / 73 / 83% of peak to 88 / 84-87 /
+# 83-88% (avx512 / fma / sse, benchmarks/brgemm.py on the 2-core Zen 4 EPYC, four runs).
 # On SSE (PPL_A_BCAST) the copy also broadcasts every element to a whole vector, which saves
 # the tile a shuffle per row and k (_brgemm_fp32.h says what it measured).
 # The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
@@ -205,7 +205,7 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
     that a_pack already holds this block's only chunk.  While a tile of that first panel
     computes, the source rows of the next tile are prefetched (ppl_prefetch_rows)."""
     cdef ppl_epilogue ep
-    cdef Py_ssize_t k0 = 0, p, row0, kc_len, tile, ntiles, tile_rows, taller
+    cdef Py_ssize_t k0 = 0, p, row0, kc_len, tile, ntiles, tile_rows, taller, a_row
     cdef const float *a_ptr
     cdef const float *b_ptr
     cdef const float *pf
@@ -217,6 +217,7 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
     taller = nrows - tile_rows * ntiles
     while True:  # at least one chunk: k = 0 still writes the epilogue
         kc_len = min(kc, k - k0)
+        a_row = _a_row_floats(kc_len)  # elements per row of the tiles' copy
         ep = ep_final[0]
         if k0 > 0:
             ep.accumulate = 1
@@ -233,7 +234,7 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
             row0 = 0
             for tile in range(ntiles):
                 mm = <int>(tile_rows + (1 if tile < taller else 0))
-                a_ptr = a_pack + row0 * _a_row_floats(kc_len) * (PPL_VLEN if PPL_A_BCAST else 1)
+                a_ptr = a_pack + row0 * a_row * (PPL_VLEN if PPL_A_BCAST else 1)
                 if copy:
                     _copy_a_tile(a, lda, trans_a, row0, mm, k0, kc_len, <float *>a_ptr)
                 pf = NULL
@@ -244,7 +245,7 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
                     ep.addend = &ep_final.addend[row0 * n + p * PPL_NB]
                 if k0 == 0 and ep_final.bias != NULL:
                     ep.bias = &ep_final.bias[p * PPL_NB]
-                ppl_brgemm_gemm(mm, n_valid, a_ptr, b_ptr, kc_len, _a_row_floats(kc_len),
+                ppl_brgemm_gemm(mm, n_valid, a_ptr, b_ptr, kc_len, a_row,
                                 out + row0 * n + p * PPL_NB, n, &ep, pf, lda,
                                 <int>(tile_rows + (1 if tile + 1 < taller else 0)))
                 row0 += mm
