@@ -26,6 +26,7 @@ cdef extern from "_brgemm_fp32.h" nogil:
         const ppl_post_chain *chain
         int chain_first
         Py_ssize_t col0
+        Py_ssize_t b_prefetch   # floats ahead of its B loads that a tile prefetches
 
     void ppl_epilogue_reset(ppl_epilogue *ep)
 
@@ -52,3 +53,4 @@ cdef extern from "_brgemm_fp32.h" nogil:
                     const float *bias, float *y, Py_ssize_t OW, Py_ssize_t oh, int KH, int KW,
                     int sh, int sw, int pt, int pl, int dh, int dw, int post_op, float p0,
                     float p1)
+
