@@ -3,7 +3,7 @@
 # each step with its own time limit, everything written to $OUT as it goes:
 #     bash benchmarks/device_check.sh [threads, default 1,4,16]
 # Build (about 2 min on 16 cores), brgemm.py and the C harness on one core (the module
-# against the header alone), a ResNet-50 profile at one and 16 threads (per-node items), then
+# against the header alone), a ResNet-50 profile at 1, 4 and 16 threads (per-node items), then
 # the whole suite against ONNX Runtime.  Pitfalls it avoids, both met on the device: files
 # the tool does not copy (.gitignore'd ones, such as *.c outside benchmarks/) and a bare
 # `wait` in a script whose output goes through a process substitution (it waits for the
@@ -28,7 +28,7 @@ say "== build"
 step 60 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" --tiers avx512,fma
 step 60 "C harness (one core)" taskset -c "$cpu" bash "$repo/benchmarks/brgemm_harness.sh" 14x2x8
 python3 "$repo/benchmarks/models.py" --save "$out/models" --models resnet50 >> "$log" 2>&1
-for t in 1 16; do
+for t in 1 4 16; do
     step 60 "ResNet-50 profile, $t threads" python3 -m pplpy.tools.pplnn \
         --onnx-model "$out/models/resnet50.onnx" --num-threads "$t" --enable-profiling \
         --warmup-iterations 3 --min-profiling-iterations 10

@@ -338,11 +338,16 @@ PPL_INLINE void ppl_acc_copy(const int M, ppl_vf dst[][PPL_NV], ppl_vf src[][PPL
  * every B line it loads (two per k on AVX-512): B is packed contiguously per panel, so that
  * is the B of a batch element or k block a few steps on.  The op sets the distance when it
  * is made, from its weights' size (b_prefetch.py); 0 asks for the line being loaded, which
- * fetches nothing early.  On a 16-core Xeon (2 MB L2), ResNet-50 at
- * one thread, 4 blocks ahead against none: 63.2 -> 54.7 ms of nodes, its 256 -> 256 Winograd
- * layers 61 -> 87% of peak, the 1 x 1 convs over 4 MB of weights 58 -> 75%.  Warm weights
- * gain nothing and pay the instructions: MobileNetV2 on the Zen 4 EPYC ran 4% slower with
- * every layer prefetching, hence the size threshold. */
+ * fetches nothing early.  On a 16-core Xeon (2 MB L2), ResNet-50 at one thread, 4 blocks
+ * ahead against none: 63.2 -> 54.7 ms of nodes, its 256 -> 256 Winograd layers 61 -> 87% of
+ * peak, the 1 x 1 convs over 4 MB of weights 58 -> 75%.  Warm weights gain nothing and pay
+ * the instructions: MobileNetV2 on the Zen 4 EPYC ran 4% slower with every layer
+ * prefetching, hence the size threshold. */
+PPL_INLINE void ppl_prefetch_b(const float *p) {
+#pragma GCC unroll 4
+    for (int l = 0; l < (PPL_NB + 15) / 16; l++) __builtin_prefetch(p + l * 16, 0, 3);
+}
+
 /* bi + pfb as one opaque pointer: the tile then prefetches at bp + kk * PPL_NB, a constant
  * displacement per unrolled k.  Left to itself gcc 12 hoists pfb + kk * PPL_NB out of the
  * batch loop as one register per unrolled k, 16 of them, and the fma tier's k = 16 loop then
@@ -353,11 +358,6 @@ PPL_INLINE const float *ppl_prefetch_base(const float *bi, ptrdiff_t pfb) {
     const float *bp = bi + pfb;
     __asm__("" : "+r"(bp));
     return bp;
-}
-
-PPL_INLINE void ppl_prefetch_b(const float *p) {
-#pragma GCC unroll 4
-    for (int l = 0; l < (PPL_NB + 15) / 16; l++) __builtin_prefetch(p + l * 16, 0, 3);
 }
 
 /* The body of a noinline accumulate function (the callers below say why they stand apart

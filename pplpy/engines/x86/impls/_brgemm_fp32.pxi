@@ -53,4 +53,3 @@ cdef extern from "_brgemm_fp32.h" nogil:
                     const float *bias, float *y, Py_ssize_t OW, Py_ssize_t oh, int KH, int KW,
                     int sh, int sw, int pt, int pl, int dh, int dw, int post_op, float p0,
                     float p1)
-

@@ -53,8 +53,8 @@ from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_pa
 
 import numpy
 
-from pplpy.engines.x86.impls.b_prefetch import b_prefetch_blocks
 from pplpy.engines.x86.impls.aligned import aligned_zeros
+from pplpy.engines.x86.impls.b_prefetch import b_prefetch_blocks
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
