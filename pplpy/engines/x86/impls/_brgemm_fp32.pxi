@@ -53,3 +53,12 @@ cdef extern from "_brgemm_fp32.h" nogil:
                     const float *bias, float *y, Py_ssize_t OW, Py_ssize_t oh, int KH, int KW,
                     int sh, int sw, int pt, int pl, int dh, int dw, int post_op, float p0,
                     float p1)
+
+
+cdef Py_ssize_t _b_prefetch_floats(Py_ssize_t weight_bytes) except -1:
+    """ppl_epilogue.b_prefetch for an op whose B (packed when the kernel is made) takes
+    weight_bytes: b_prefetch.py's distance in blocks of 16 k rows of a panel, as floats.
+    (Imported here, not at module level: the modules that include this file only for its
+    declarations would otherwise export the name.)"""
+    from pplpy.engines.x86.impls.b_prefetch import b_prefetch_blocks
+    return b_prefetch_blocks(weight_bytes) * PPL_CB * PPL_NB

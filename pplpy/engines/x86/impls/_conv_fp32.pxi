@@ -54,7 +54,6 @@ from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_pa
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_zeros
-from pplpy.engines.x86.impls.b_prefetch import b_prefetch_blocks
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -898,8 +897,9 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
                      "make_conv2d_n16cx_step")
     ppl_epilogue_reset(&c.ep)
     c.ep.bias = c.bias
-    if packed_w is not None and not depthwise:  # weights packed here stay warm: no prefetch
-        c.ep.b_prefetch = b_prefetch_blocks(packed_w["data"].nbytes) * PPL_CB * PPL_NB
+    # B prefetch for weights packed here (raw ones are packed by the items into warm scratch)
+    if packed_w is not None and not depthwise:
+        c.ep.b_prefetch = _b_prefetch_floats(packed_w["data"].nbytes)
     # Dense: a leading sum and a cheap activation on the accumulators; depthwise: any one
     # activation in ppl_dw_row.  The rest over the stored tile or row.
     _split_post_chain(&c.chain, &c.ep, not depthwise, depthwise)

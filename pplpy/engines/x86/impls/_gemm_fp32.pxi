@@ -58,7 +58,6 @@ from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_pa
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_zeros
-from pplpy.engines.x86.impls.b_prefetch import b_prefetch_blocks
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -463,8 +462,8 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
         bias_v = bias_pad
         g.ep.bias = &bias_v[0]
     g.ep.addend = <const float *>addend
-    if b_packed:  # B packed per item at run time stays warm: no prefetch
-        g.ep.b_prefetch = b_prefetch_blocks(4 * k * n) * PPL_CB * PPL_NB
+    if b_packed:  # else each item packs its panels into warm scratch
+        g.ep.b_prefetch = _b_prefetch_floats(4 * k * n)
     if not c:  # else _add_c applies the whole chain after C
         _split_post_chain(&g.chain, &g.ep, True, False)
     g.c = <const float *>c

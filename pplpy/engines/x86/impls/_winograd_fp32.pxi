@@ -38,7 +38,6 @@ from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_pa
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_copy, aligned_empty
-from pplpy.engines.x86.impls.b_prefetch import b_prefetch_blocks
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -374,7 +373,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.post_op, c.p0, c.p1 = split.post_op, split.p0, split.p1
     c.chain_first = split.chain_first
     ppl_epilogue_reset(&c.ep)  # the products into scratch: no epilogue
-    c.ep.b_prefetch = b_prefetch_blocks(data.nbytes) * PPL_CB * PPL_NB
+    c.ep.b_prefetch = _b_prefetch_floats(data.nbytes)
     c.scratch = &scratch_v[0]
     c.scratch_floats = scratch_floats
     c.ptrs = <const float **>&ptrs_v[0]
