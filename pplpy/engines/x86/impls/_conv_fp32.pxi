@@ -384,6 +384,35 @@ cdef bint _bcast_rows(const _ConvDims *d, const float *x_n, Py_ssize_t n,
     return True
 
 
+cdef void _conv_dense_column(const _ConvDims *d, const _Src *src, const float *wp,
+                             Py_ssize_t nicb, Py_ssize_t ow, Py_ssize_t oh_lo, Py_ssize_t oh_hi,
+                             Py_ssize_t r_lo, Py_ssize_t r_hi, bint interior, int kc,
+                             float *y_p, Py_ssize_t cbs, int n_valid, const ppl_epilogue *ep,
+                             const float **a_ptrs, const float **b_ptrs) noexcept nogil:
+    """Output column ow of an item that its row tiles left out: down the column over the
+    rows [r_lo, r_hi) whose kernel rows all fit, then (unless the column is interior, its
+    other rows done along their rows) the corner pixels one at a time."""
+    cdef Py_ssize_t nb, col_rows, oh
+    if r_lo < r_hi:
+        # The item's rows depend on the team size; a last tile of one row goes in the
+        # tiles' order of summation (ppl_brgemm_row1_tiled), so no split changes a bit.
+        nb = _gather_taps(d, src, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
+        col_rows = r_hi - r_lo - (1 if (r_hi - r_lo) % PPL_MR == 1 else 0)
+        ppl_brgemm_run(col_rows, nb, a_ptrs, b_ptrs, kc, <Py_ssize_t>d.sh * d.W * d.ps,
+                       y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid, ep)
+        if col_rows < r_hi - r_lo:
+            ppl_brgemm_row1_tiled(nb, a_ptrs, b_ptrs, kc,
+                                  y_p + ((r_hi - 1) * d.OW + ow) * PPL_CB, cbs, n_valid, ep)
+    if interior:
+        return
+    for oh in range(oh_lo, oh_hi):
+        if r_lo <= oh < r_hi:
+            continue
+        nb = _gather_taps(d, src, wp, nicb, oh, ow, a_ptrs, b_ptrs)
+        ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, kc, 0, y_p + (oh * d.OW + ow) * PPL_CB,
+                   PPL_CB, cbs, ep)
+
+
 cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
                            Py_ssize_t nicb, const float *bias, float *y, const _ConvDims *d,
                            Py_ssize_t n, Py_ssize_t oh_lo, Py_ssize_t oh_hi,
@@ -413,7 +442,7 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
     src.pix = d.ps
     src.row = d.W * d.ps
     src.plane = d.H * d.W * d.ps
-    cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb, col_rows, full
+    cdef Py_ssize_t ow_lo, ow_hi, r_lo, r_hi, oh, ow, nb, full
     cdef ppl_epilogue ep = ep_base[0]
     ep.bias = bias
     ep.col0 = col0
@@ -468,32 +497,17 @@ cdef void _conv_dense_item(const float *x, const float *wp, Py_ssize_t icb_lo,
                            <Py_ssize_t>d.sw * d.ps, y_p + (oh * d.OW + ow_lo + full) * PPL_CB,
                            PPL_CB, cbs, n_valid, &ep)
 
-    # Columns: down the column over rows whose kernel rows all fit, then the corners.
-    for ow in range(ow_begin, ow_end):
-        if ow_lo <= ow < ow_split:
-            continue
-        if r_lo < r_hi:
-            # The item's rows depend on the team size; a last tile of one row goes in the
-            # tiles' order of summation (ppl_brgemm_row1_tiled), so no split changes a bit.
-            nb = _gather_taps(d, &src, wp, nicb, r_lo, ow, a_ptrs, b_ptrs)
-            col_rows = r_hi - r_lo - (1 if (r_hi - r_lo) % PPL_MR == 1 else 0)
-            ppl_brgemm_run(col_rows, nb, a_ptrs, b_ptrs, kc, <Py_ssize_t>d.sh * d.W * d.ps,
-                           y_p + (r_lo * d.OW + ow) * PPL_CB, d.OW * PPL_CB, cbs, n_valid,
-                           &ep)
-            if col_rows < r_hi - r_lo:
-                ppl_brgemm_row1_tiled(nb, a_ptrs, b_ptrs, kc,
-                                      y_p + ((r_hi - 1) * d.OW + ow) * PPL_CB, cbs, n_valid,
-                                      &ep)
-        if ow_lo <= ow < ow_hi:
-            continue  # an interior column: its other rows were done along their rows
-        for oh in range(oh_lo, oh_hi):
-            if r_lo <= oh < r_hi:
-                continue
-            nb = _gather_taps(d, &src, wp, nicb, oh, ow, a_ptrs, b_ptrs)
-            ppl_brgemm(1, n_valid, nb, a_ptrs, b_ptrs, kc, 0, y_p + (oh * d.OW + ow) * PPL_CB,
-                       PPL_CB, cbs, &ep)
-
-
+    # Columns: down the column over rows whose kernel rows all fit, then the corners; the
+    # ones left of the interior, then those right of ow_split (not a loop over every column
+    # that skips the interior: a pointwise conv's one row has H*W of them).
+    cdef Py_ssize_t side, side_lo, side_hi
+    for side in range(2):
+        side_lo = ow_begin if side == 0 else max(ow_begin, ow_split)
+        side_hi = min(ow_lo, ow_end) if side == 0 else ow_end
+        for ow in range(side_lo, side_hi):
+            _conv_dense_column(d, &src, wp, nicb, ow, oh_lo, oh_hi, r_lo, r_hi,
+                               ow_lo <= ow < ow_hi, kc, y_p, cbs, n_valid, &ep, a_ptrs,
+                               b_ptrs)
 
 
 cdef const float *_item_bias(const _ConvArgs *c, Py_ssize_t col0, Py_ssize_t width,
