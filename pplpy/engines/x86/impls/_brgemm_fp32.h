@@ -572,12 +572,22 @@ static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nba
  * constants, so the tile reads its 14 rows at fixed offsets from one pointer: with lda in a
  * register gcc kept the row offsets in general registers, reloading the overflow from the
  * stack (18 reads per 8 k) or from vector registers (7 moves, each on port 0, an FMA port;
- * objdump). */
+ * objdump).  The rest of a post-op chain (ep->chain) goes over the whole run once its tiles
+ * are stored, rather than over each tile: a call per tile, with the chain's dispatch and its
+ * constants loaded again, cost as much as the activation itself on the fma tier's 6 x 16
+ * tiles (EfficientNet-B0's swish, `perf`). */
 static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nbatch,
                                                    const float **a, const float **b,
                                                    ptrdiff_t k, ptrdiff_t lda, float *c,
                                                    ptrdiff_t ldc, ptrdiff_t cbs, int n_valid,
                                                    const ppl_epilogue *ep) {
+    if (ep->chain && count > 0) {
+        ppl_epilogue tiles = *ep;
+        tiles.chain = NULL;
+        ppl_brgemm_run(count, nbatch, a, b, k, lda, c, ldc, cbs, n_valid, &tiles);
+        ppl_post_chain_tile(ep->chain, ep->chain_first, c, ldc, cbs, count, n_valid, ep->col0);
+        return;
+    }
     const int narrow = n_valid <= PPL_NB / 2;
     const ptrdiff_t step = narrow ? PPL_MR2 : PPL_MR;
     for (; count >= step; count -= step, c += step * ldc) {

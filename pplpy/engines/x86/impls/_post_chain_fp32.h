@@ -121,8 +121,17 @@ PPL_PC_INLINE void ppl_chain_entry_tile(const int kind, const int alg, const int
     const float p0 = e->p0, p1 = e->p1;
     const ppl_vf scalar = (kind != PPL_PO_ELTWISE && bcast == PPL_BC_SCALAR)
                               ? ppl_act_splat(e->src[0]) : ppl_act_splat(0.0f);
+    ptrdiff_t jf = 0; /* the first column the loop below takes */
+    if (kind == PPL_PO_ELTWISE && ldc == 16) {
+        /* The rows side by side in each 16-column block (a convolution's run of pixels):
+         * every full block is one flat loop, which overlaps the vectors of a long
+         * activation better than the loop over rows below (EfficientNet-B0's swish on the
+         * fma tier, `perf`) */
+        for (; jf + 16 <= n_valid; jf += 16)
+            ppl_activation_loop(alg, c + (jf / 16) * cbs, c + (jf / 16) * cbs, M * 16, p0, p1);
+    }
     for (ptrdiff_t r = 0; r < M; r++) {
-        for (ptrdiff_t j0 = 0; j0 < n_valid; j0 += PPL_VLEN) {
+        for (ptrdiff_t j0 = jf; j0 < n_valid; j0 += PPL_VLEN) {
             const ptrdiff_t nv = n_valid - j0 < PPL_VLEN ? n_valid - j0 : PPL_VLEN;
             const ptrdiff_t off = r * ldc + (j0 / 16) * cbs + j0 % 16;
             float *p = c + off;
