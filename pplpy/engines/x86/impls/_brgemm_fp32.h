@@ -337,8 +337,10 @@ PPL_INLINE void ppl_acc_copy(const int M, ppl_vf dst[][PPL_NV], ppl_vf src[][PPL
  * line every 7 cycles.  So each tile also asks for the line ep->b_prefetch floats ahead of
  * every B line it loads (two per k on AVX-512): B is packed contiguously per panel, so that
  * is the B of a batch element or k block a few steps on.  The op sets the distance when it
- * is made, from its weights' size (b_prefetch.py); 0 asks for the line being loaded, which
- * fetches nothing early.  On a 16-core Xeon (2 MB L2), ResNet-50 at one thread, 4 blocks
+ * is made, from its weights' size (b_prefetch.py); 0 skips the instructions (a branch per k
+ * that always goes the same way: on the fma tier, whose tile leaves one of the 16 vector
+ * registers free, the prefetches at distance 0 had cost a 128 -> 128 3x3 stride-2 conv
+ * about 5%, the same as building without them).  On a 16-core Xeon (2 MB L2), ResNet-50 at one thread, 4 blocks
  * ahead against none: 63.2 -> 54.7 ms of nodes, its 256 -> 256 Winograd layers 61 -> 87% of
  * peak, the 1 x 1 convs over 4 MB of weights 58 -> 75%.  Warm weights gain nothing and pay
  * the instructions: MobileNetV2 on the Zen 4 EPYC ran 4% slower with every layer
@@ -390,7 +392,7 @@ PPL_INLINE void ppl_tile_accumulate(const int M, ptrdiff_t nbatch, const float *
 PPL_UNROLL(PPL_KUNROLL)
         for (ptrdiff_t kk = 0; kk < k; kk++) {
             ppl_vf bv[PPL_NV];
-            ppl_prefetch_b(bp + kk * PPL_NB);
+            if (pfb) ppl_prefetch_b(bp + kk * PPL_NB);
 #pragma GCC unroll 4
             for (int v = 0; v < PPL_NV; v++) bv[v] = ppl_load(bi + kk * PPL_NB + v * PPL_VLEN);
 #pragma GCC unroll 16
@@ -481,7 +483,7 @@ PPL_INLINE void ppl_tile_accumulate_narrow(ptrdiff_t nbatch, const float **a, co
 PPL_UNROLL(PPL_KUNROLL)
         for (ptrdiff_t kk = 0; kk < k; kk++) {
             ppl_vf bv[PPL_NVH];
-            ppl_prefetch_b(bp + kk * PPL_NB);
+            if (pfb) ppl_prefetch_b(bp + kk * PPL_NB);
 #pragma GCC unroll 4
             for (int v = 0; v < PPL_NVH; v++) bv[v] = ppl_load(bi + kk * PPL_NB + v * PPL_VLEN);
 #pragma GCC unroll 28
@@ -574,8 +576,8 @@ static __attribute__((unused)) void ppl_brgemm(int m, int n_valid, ptrdiff_t nba
  * stack (18 reads per 8 k) or from vector registers (7 moves, each on port 0, an FMA port;
  * objdump).  The rest of a post-op chain (ep->chain) goes over the whole run once its tiles
  * are stored, rather than over each tile: a call per tile, with the chain's dispatch and its
- * constants loaded again, cost as much as the activation itself on the fma tier's 6 x 16
- * tiles (EfficientNet-B0's swish, `perf`). */
+ * constants loaded again, on the fma tier's 6 x 16 tiles (EfficientNet-B0's 16 -> 96 1x1
+ * conv with swish: 1.30 -> 1.00 ms with this and the flat loop of _post_chain_fp32.h). */
 static __attribute__((unused)) void ppl_brgemm_run(ptrdiff_t count, ptrdiff_t nbatch,
                                                    const float **a, const float **b,
                                                    ptrdiff_t k, ptrdiff_t lda, float *c,
