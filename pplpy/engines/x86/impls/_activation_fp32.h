@@ -126,8 +126,10 @@ PPL_ACT_INLINE ppl_vf ppl_act_max_keepnan(ppl_vf x, float lo) {
     return (ppl_vf)_mm512_max_ps((__m512)ppl_act_splat(lo), (__m512)x);
 #elif PPL_VLEN == 8 && defined(__AVX__)
     return (ppl_vf)_mm256_max_ps((__m256)ppl_act_splat(lo), (__m256)x);
-#else
+#elif PPL_VLEN == 4
     return (ppl_vf)_mm_max_ps((__m128)ppl_act_splat(lo), (__m128)x);
+#else
+    return ppl_act_select(x < ppl_act_splat(lo), ppl_act_splat(lo), x);
 #endif
 }
 PPL_ACT_INLINE ppl_vf ppl_act_min_keepnan(ppl_vf x, float hi) {
@@ -136,8 +138,10 @@ PPL_ACT_INLINE ppl_vf ppl_act_min_keepnan(ppl_vf x, float hi) {
     return (ppl_vf)_mm512_min_ps((__m512)ppl_act_splat(hi), (__m512)x);
 #elif PPL_VLEN == 8 && defined(__AVX__)
     return (ppl_vf)_mm256_min_ps((__m256)ppl_act_splat(hi), (__m256)x);
-#else
+#elif PPL_VLEN == 4
     return (ppl_vf)_mm_min_ps((__m128)ppl_act_splat(hi), (__m128)x);
+#else
+    return ppl_act_select(x > ppl_act_splat(hi), ppl_act_splat(hi), x);
 #endif
 }
 

@@ -340,11 +340,11 @@ PPL_INLINE void ppl_acc_copy(const int M, ppl_vf dst[][PPL_NV], ppl_vf src[][PPL
  * is made, from its weights' size (b_prefetch.py); 0 skips the instructions (a branch per k
  * that always goes the same way: on the fma tier, whose tile leaves one of the 16 vector
  * registers free, the prefetches at distance 0 had cost a 128 -> 128 3x3 stride-2 conv
- * about 5%, the same as building without them).  On a 16-core Xeon (2 MB L2), ResNet-50 at one thread, 4 blocks
- * ahead against none: 63.2 -> 54.7 ms of nodes, its 256 -> 256 Winograd layers 61 -> 87% of
- * peak, the 1 x 1 convs over 4 MB of weights 58 -> 75%.  Warm weights gain nothing and pay
- * the instructions: MobileNetV2 on the Zen 4 EPYC ran 4% slower with every layer
- * prefetching, hence the size threshold. */
+ * about 5%, the same as building without them).  On a 16-core Xeon (2 MB L2), ResNet-50 at
+ * one thread, 4 blocks ahead against none: 63.2 -> 54.7 ms of nodes, its 256 -> 256 Winograd
+ * layers 61 -> 87% of peak, the 1 x 1 convs over 4 MB of weights 58 -> 75%.  Warm weights
+ * gain nothing and pay the instructions: MobileNetV2 on the Zen 4 EPYC ran 4% slower with
+ * every layer prefetching, hence the size threshold. */
 PPL_INLINE void ppl_prefetch_b(const float *p) {
 #pragma GCC unroll 4
     for (int l = 0; l < (PPL_NB + 15) / 16; l++) __builtin_prefetch(p + l * 16, 0, 3);
