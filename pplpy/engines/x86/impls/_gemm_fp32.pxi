@@ -25,9 +25,10 @@
 # _brgemm_fp32.h says why): read in place, A's row
 # stride is often a multiple of 4 KB (K = 3072 x 4 B; K = 768 puts every fourth row
 # together), which puts the 14 rows a tile broadcasts from in one L1 set, and the tile then
-# reads A from L2 (K = 3072 ran at about half of peak).  When K is one
-# chunk, the copy serves every item of the same rows that a thread takes in a row (the
-# other panel groups of the block): at one thread BERT's N = 3072 GEMM copied A 12 times.
+# reads A from L2 (K = 3072 ran at about half of peak).  A thread takes the items of one
+# row block (its other panel groups) K chunk by K chunk together, so that each chunk's copy
+# serves them all: copied per item, BERT's N = 3072 GEMM copied A 12 times at one thread,
+# and its K = 3072 GEMM each of its three chunks once per item on every thread.
 # A is read only N / PPL_NB times, so a tall, narrow GEMM waits on memory in the copy (3136
 # x 64 x 576, A 7 MB: 13% of its time in the copy, `perf`): while a tile of the first panel
 # computes, the next tile's source rows are prefetched into L2 (ppl_prefetch_rows): the
@@ -192,20 +193,21 @@ cdef inline Py_ssize_t _a_row_floats(Py_ssize_t kc_len) noexcept nogil:
     return (kc_len + 15) // 16 * 16 + (_A_PAD if PPL_A_BCAST else 0)
 
 
-cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack,
+cdef void _gemm_chunk(const float *a, Py_ssize_t lda, int trans_a, float *a_pack,
                       const float *pb, Py_ssize_t k, Py_ssize_t n,
                       float *out, const ppl_epilogue *ep_final, Py_ssize_t nrows,
-                      Py_ssize_t panel_lo, Py_ssize_t panel_hi,
-                      Py_ssize_t kc, bint a_ready) noexcept nogil:
-    """out[rows [0, nrows), panels] of the product, K chunk by K chunk (first chunk adds
-    addend and bias, last applies the post-op).  a points at row 0 of the block (row r at
-    + r * lda, or with trans_a column r of a K x M matrix), pb at panel panel_lo; each K
-    chunk of A goes through a_pack (nrows x _a_row_floats(kc) elements, each PPL_VLEN floats
-    where PPL_A_BCAST) first, tile by tile as the first panel reaches it, unless a_ready says
-    that a_pack already holds this block's only chunk.  While a tile of that first panel
-    computes, the source rows of the next tile are prefetched (ppl_prefetch_rows)."""
-    cdef ppl_epilogue ep
-    cdef Py_ssize_t k0 = 0, p, row0, kc_len, tile, ntiles, tile_rows, taller, a_row
+                      Py_ssize_t panel_lo, Py_ssize_t panel_hi, Py_ssize_t k0,
+                      Py_ssize_t kc_len, bint copy_a) noexcept nogil:
+    """K chunk [k0, k0 + kc_len) of out[rows [0, nrows), panels [panel_lo, panel_hi)] (the
+    first chunk adds addend and bias, the last applies the post-ops).  a points at row 0 of
+    the block (row r at + r * lda, or with trans_a column r of a K x M matrix), pb at panel
+    panel_lo.  The tiles read the chunk of A from a_pack (nrows x _a_row_floats(kc_len)
+    elements, each PPL_VLEN floats where PPL_A_BCAST); with copy_a, the first panel copies
+    it there first, tile by tile as it reaches the tile, and while a tile computes, the source
+    rows of the next one are prefetched (ppl_prefetch_rows)."""
+    cdef ppl_epilogue ep = ep_final[0]
+    cdef Py_ssize_t p, row0, tile, ntiles, tile_rows, taller
+    cdef Py_ssize_t a_row = _a_row_floats(kc_len)  # elements per row of the tiles' copy
     cdef const float *a_ptr
     cdef const float *b_ptr
     cdef const float *pf
@@ -215,43 +217,36 @@ cdef void _gemm_block(const float *a, Py_ssize_t lda, int trans_a, float *a_pack
     ntiles = (nrows + PPL_MR - 1) // PPL_MR
     tile_rows = nrows // ntiles
     taller = nrows - tile_rows * ntiles
-    while True:  # at least one chunk: k = 0 still writes the epilogue
-        kc_len = min(kc, k - k0)
-        a_row = _a_row_floats(kc_len)  # elements per row of the tiles' copy
-        ep = ep_final[0]
-        if k0 > 0:
-            ep.accumulate = 1
-            ep.bias = NULL
-            ep.addend = NULL
-        if k0 + kc_len < k:  # post-ops on the last K chunk only
-            ep.post_op = 0
-            ep.sum = NULL
-            ep.chain = NULL
-        for p in range(panel_lo, panel_hi):
-            n_valid = <int>min(<Py_ssize_t>PPL_NB, n - p * PPL_NB)
-            ep.col0 = p * PPL_NB
-            copy = p == panel_lo and not a_ready
-            row0 = 0
-            for tile in range(ntiles):
-                mm = <int>(tile_rows + (1 if tile < taller else 0))
-                a_ptr = a_pack + row0 * a_row * (PPL_VLEN if PPL_A_BCAST else 1)
-                if copy:
-                    _copy_a_tile(a, lda, trans_a, row0, mm, k0, kc_len, <float *>a_ptr)
-                pf = NULL
-                if copy and not trans_a and tile + 1 < ntiles:
-                    pf = a + (row0 + mm) * lda + k0
-                b_ptr = pb + ((p - panel_lo) * k + k0) * PPL_NB
-                if k0 == 0 and ep_final.addend != NULL:
-                    ep.addend = &ep_final.addend[row0 * n + p * PPL_NB]
-                if k0 == 0 and ep_final.bias != NULL:
-                    ep.bias = &ep_final.bias[p * PPL_NB]
-                ppl_brgemm_gemm(mm, n_valid, a_ptr, b_ptr, kc_len, a_row,
-                                out + row0 * n + p * PPL_NB, n, &ep, pf, lda,
-                                <int>(tile_rows + (1 if tile + 1 < taller else 0)))
-                row0 += mm
-        k0 += kc_len
-        if k0 >= k:
-            break
+    if k0 > 0:
+        ep.accumulate = 1
+        ep.bias = NULL
+        ep.addend = NULL
+    if k0 + kc_len < k:  # post-ops on the last K chunk only
+        ep.post_op = 0
+        ep.sum = NULL
+        ep.chain = NULL
+    for p in range(panel_lo, panel_hi):
+        n_valid = <int>min(<Py_ssize_t>PPL_NB, n - p * PPL_NB)
+        ep.col0 = p * PPL_NB
+        copy = p == panel_lo and copy_a
+        row0 = 0
+        for tile in range(ntiles):
+            mm = <int>(tile_rows + (1 if tile < taller else 0))
+            a_ptr = a_pack + row0 * a_row * (PPL_VLEN if PPL_A_BCAST else 1)
+            if copy:
+                _copy_a_tile(a, lda, trans_a, row0, mm, k0, kc_len, <float *>a_ptr)
+            pf = NULL
+            if copy and not trans_a and tile + 1 < ntiles:
+                pf = a + (row0 + mm) * lda + k0
+            b_ptr = pb + ((p - panel_lo) * k + k0) * PPL_NB
+            if k0 == 0 and ep_final.addend != NULL:
+                ep.addend = &ep_final.addend[row0 * n + p * PPL_NB]
+            if k0 == 0 and ep_final.bias != NULL:
+                ep.bias = &ep_final.bias[p * PPL_NB]
+            ppl_brgemm_gemm(mm, n_valid, a_ptr, b_ptr, kc_len, a_row,
+                            out + row0 * n + p * PPL_NB, n, &ep, pf, lda,
+                            <int>(tile_rows + (1 if tile + 1 < taller else 0)))
+            row0 += mm
 
 
 cdef void _add_c(const _GemmArgs *g, float *out, Py_ssize_t row_lo, Py_ssize_t row_hi,
@@ -270,19 +265,64 @@ cdef void _add_c(const _GemmArgs *g, float *out, Py_ssize_t row_lo, Py_ssize_t r
                             row_hi - row_lo, col_hi - col_lo, col_lo)
 
 
+cdef void _gemm_rows(const _GemmArgs *g, Py_ssize_t bi, Py_ssize_t mb, Py_ssize_t it_lo,
+                     Py_ssize_t it_hi, float *scratch_a, const float *packed,
+                     bint a_ready) noexcept nogil:
+    """Row block mb of entry bi over the panel groups of items [it_lo, it_hi), K chunk by K
+    chunk: each chunk of the block's A is copied once (by the first item; not at all when
+    a_ready says scratch_a already holds the block's only chunk) and serves every item.
+    packed: the items' panels packed at run time (one item), or NULL for the packed B."""
+    cdef Py_ssize_t row_lo = mb * g.rows_per_block
+    cdef Py_ssize_t row_hi = min(g.m, row_lo + g.rows_per_block)
+    cdef Py_ssize_t it, grp, p_lo, p_hi, k0 = 0, kc_len
+    cdef const float *a_blk = g.a + g.a_off[bi] + (row_lo if g.trans_a else row_lo * g.lda)
+    cdef float *out_blk = g.out + bi * g.m * g.n + row_lo * g.n
+    cdef const float *pb
+    cdef bint copy
+    # The block's own origin: rows [row_lo, row_hi) become rows [0, row_hi - row_lo).
+    cdef ppl_epilogue ep = g.ep
+    if ep.addend != NULL:
+        ep.addend = ep.addend + (bi * g.m + row_lo) * g.n
+    while True:  # at least one chunk: k = 0 still writes the epilogue
+        kc_len = min(g.kc, g.k - k0)
+        copy = not a_ready
+        for it in range(it_lo, it_hi):
+            # near-equal groups (panels_per_group is the largest)
+            grp = it % g.ngroups
+            p_lo = grp * g.npanels // g.ngroups
+            p_hi = (grp + 1) * g.npanels // g.ngroups
+            if p_lo >= p_hi:
+                continue
+            pb = packed if packed != NULL else g.b + g.b_off[bi] + p_lo * g.k * PPL_NB
+            _gemm_chunk(a_blk, g.lda, g.trans_a, scratch_a, pb, g.k, g.n, out_blk, &ep,
+                        row_hi - row_lo, p_lo, p_hi, k0, kc_len, copy)
+            copy = False
+        k0 += kc_len
+        if k0 >= g.k:
+            break
+    if g.c != NULL:
+        for it in range(it_lo, it_hi):
+            grp = it % g.ngroups
+            p_lo = grp * g.npanels // g.ngroups
+            p_hi = (grp + 1) * g.npanels // g.ngroups
+            if p_lo < p_hi:
+                _add_c(g, g.out + bi * g.m * g.n, row_lo, row_hi, p_lo * PPL_NB,
+                       min(g.n, p_hi * PPL_NB))
+
+
 cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
-    """Work items (entry, row-block range, panel group) [begin, end) of this thread."""
+    """Work items (entry, row-block range, panel group) [begin, end) of this thread.  With
+    B packed at build time, the thread's consecutive items of one row block (the block's
+    other panel groups) go through it together, K chunk by K chunk, so that each chunk of
+    their A is copied once: item by item, GPT-2's 128 x 3072 x 768 GEMM copied its A (three
+    chunks) once per item, four times over at one thread and again on every thread of a
+    team.  With B raw, each item packs its panel group and goes over every row block."""
     cdef const _GemmArgs *g = <const _GemmArgs *>args
     cdef Py_ssize_t nmitems = 1 if g.pack_b else g.nmblocks
-    cdef Py_ssize_t begin, end, item, rest, grp, bi, mb_lo, mb_hi, mb
-    cdef Py_ssize_t row_lo, row_hi, p_lo, p_hi
+    cdef Py_ssize_t begin, end, item, last, rest, grp, bi, mb, p_lo, p_hi
     cdef Py_ssize_t a_held = -1     # (entry, row block) whose only K chunk is in scratch_a
-    cdef const float *a_e
-    cdef const float *pb
-    cdef float *out_e
     cdef float *scratch_a = NULL
     cdef float *scratch_b = NULL
-    cdef ppl_epilogue ep
     if nthreads > g.max_threads:  # a larger team than the scratch was made for
         if tid >= g.max_threads:
             return
@@ -290,41 +330,27 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
     scratch_b = g.scratch + tid * g.scratch_floats
     scratch_a = scratch_b + (g.panels_per_group * g.k * PPL_NB if g.pack_b else 0)
     ppl_partition(g.batch * nmitems * g.ngroups, tid, nthreads, &begin, &end)
-    for item in range(begin, end):
-        grp = item % g.ngroups
+    item = begin
+    while item < end:
         rest = item // g.ngroups
         bi = rest // nmitems
-        # near-equal groups (panels_per_group is the largest)
+        if not g.pack_b:
+            last = min(end, (rest + 1) * g.ngroups)
+            _gemm_rows(g, bi, rest % nmitems, item, last, scratch_a, NULL, False)
+            item = last
+            continue
+        grp = item % g.ngroups
         p_lo = grp * g.npanels // g.ngroups
         p_hi = (grp + 1) * g.npanels // g.ngroups
-        if g.pack_b:
-            mb_lo, mb_hi = 0, g.nmblocks
+        if p_lo < p_hi:
             _pack_panels(g.b + g.b_off[bi], g.b_sk, g.b_sn, g.k, g.n, p_lo, p_hi, scratch_b)
-            pb = scratch_b
-        else:
-            mb_lo = rest % nmitems
-            mb_hi = mb_lo + 1
-            pb = g.b + g.b_off[bi] + p_lo * g.k * PPL_NB
-        if p_lo >= p_hi:
-            continue
-        a_e = g.a + g.a_off[bi]
-        out_e = g.out + bi * g.m * g.n
-        for mb in range(mb_lo, mb_hi):
-            row_lo = mb * g.rows_per_block
-            row_hi = min(g.m, row_lo + g.rows_per_block)
-            # The block's own origin: rows [row_lo, row_hi) become rows [0, row_hi - row_lo).
-            ep = g.ep
-            if ep.addend != NULL:
-                ep.addend = ep.addend + (bi * g.m + row_lo) * g.n
-            # rows [row_lo, row_hi) of A (with trans_a: columns of the stored K x M)
-            _gemm_block(a_e + (row_lo if g.trans_a else row_lo * g.lda), g.lda, g.trans_a,
-                        scratch_a, pb, g.k, g.n, out_e + row_lo * g.n, &ep,
-                        row_hi - row_lo, p_lo, p_hi, g.kc, a_held == bi * g.nmblocks + mb)
-            # With one K chunk the copy stays valid for this thread's next item of the
-            # same rows (its items are consecutive: the other panel groups of the block).
-            a_held = bi * g.nmblocks + mb if g.kc >= g.k else -1
-            if g.c != NULL:
-                _add_c(g, out_e, row_lo, row_hi, p_lo * PPL_NB, min(g.n, p_hi * PPL_NB))
+            for mb in range(g.nmblocks):
+                _gemm_rows(g, bi, mb, item, item + 1, scratch_a, scratch_b,
+                           a_held == bi * g.nmblocks + mb)
+                # With one K chunk the copy stays valid for this thread's next item of the
+                # same rows (the next panel group of the entry, with one row block).
+                a_held = bi * g.nmblocks + mb if g.kc >= g.k else -1
+        item += 1
 
 
 cdef object _padded_bias(bias, Py_ssize_t size, Py_ssize_t n):
