@@ -187,12 +187,12 @@ PPL_INLINE void ppl_dwc_row_k(const int K, const int S, const int CODE, const fl
  * the tile holds 12 of the 16 registers, and their dozen constants spilled it (EfficientNet-
  * B0's depthwise convs with swish ran 1.7-2x as long on the fma tier as on the avx512 tier
  * of the same core, whose tile leaves 18 of 32 free). */
+#define PPL_DWC_CHEAP_CODES(X) X(PPL_ACT_NONE) X(PPL_ACT_RELU) X(PPL_ACT_CLIP) \
+    X(PPL_ACT_LEAKY_RELU) X(PPL_ACT_HARD_SWISH)
 #if PPL_VLEN == 16
-#define PPL_DWC_CODES(X) X(PPL_ACT_NONE) X(PPL_ACT_RELU) X(PPL_ACT_CLIP) X(PPL_ACT_LEAKY_RELU) \
-    X(PPL_ACT_SIGMOID) X(PPL_ACT_SWISH) X(PPL_ACT_HARD_SWISH)
+#define PPL_DWC_CODES(X) PPL_DWC_CHEAP_CODES(X) X(PPL_ACT_SIGMOID) X(PPL_ACT_SWISH)
 #else
-#define PPL_DWC_CODES(X) X(PPL_ACT_NONE) X(PPL_ACT_RELU) X(PPL_ACT_CLIP) X(PPL_ACT_LEAKY_RELU) \
-    X(PPL_ACT_HARD_SWISH)
+#define PPL_DWC_CODES(X) PPL_DWC_CHEAP_CODES(X)
 #endif
 
 #define PPL_DWC_CASE(C) case C: ppl_dwc_rows_k(K, S, C, slab, wp, nrows, OW, w, bias, y, p0, \

@@ -265,6 +265,15 @@ cdef void _add_c(const _GemmArgs *g, float *out, Py_ssize_t row_lo, Py_ssize_t r
                             row_hi - row_lo, col_hi - col_lo, col_lo)
 
 
+cdef inline void _group_panels(const _GemmArgs *g, Py_ssize_t item, Py_ssize_t *p_lo,
+                               Py_ssize_t *p_hi) noexcept nogil:
+    """Panels [p_lo, p_hi) of work item item's group: near-equal groups (panels_per_group is
+    the largest), possibly empty."""
+    cdef Py_ssize_t grp = item % g.ngroups
+    p_lo[0] = grp * g.npanels // g.ngroups
+    p_hi[0] = (grp + 1) * g.npanels // g.ngroups
+
+
 cdef void _gemm_rows(const _GemmArgs *g, Py_ssize_t bi, Py_ssize_t mb, Py_ssize_t it_lo,
                      Py_ssize_t it_hi, float *scratch_a, const float *packed,
                      bint a_ready) noexcept nogil:
@@ -274,7 +283,7 @@ cdef void _gemm_rows(const _GemmArgs *g, Py_ssize_t bi, Py_ssize_t mb, Py_ssize_
     packed: the items' panels packed at run time (one item), or NULL for the packed B."""
     cdef Py_ssize_t row_lo = mb * g.rows_per_block
     cdef Py_ssize_t row_hi = min(g.m, row_lo + g.rows_per_block)
-    cdef Py_ssize_t it, grp, p_lo, p_hi, k0 = 0, kc_len
+    cdef Py_ssize_t it, p_lo, p_hi, k0 = 0, kc_len
     cdef const float *a_blk = g.a + g.a_off[bi] + (row_lo if g.trans_a else row_lo * g.lda)
     cdef float *out_blk = g.out + bi * g.m * g.n + row_lo * g.n
     cdef const float *pb
@@ -287,10 +296,7 @@ cdef void _gemm_rows(const _GemmArgs *g, Py_ssize_t bi, Py_ssize_t mb, Py_ssize_
         kc_len = min(g.kc, g.k - k0)
         copy = not a_ready
         for it in range(it_lo, it_hi):
-            # near-equal groups (panels_per_group is the largest)
-            grp = it % g.ngroups
-            p_lo = grp * g.npanels // g.ngroups
-            p_hi = (grp + 1) * g.npanels // g.ngroups
+            _group_panels(g, it, &p_lo, &p_hi)
             if p_lo >= p_hi:
                 continue
             pb = packed if packed != NULL else g.b + g.b_off[bi] + p_lo * g.k * PPL_NB
@@ -302,9 +308,7 @@ cdef void _gemm_rows(const _GemmArgs *g, Py_ssize_t bi, Py_ssize_t mb, Py_ssize_
             break
     if g.c != NULL:
         for it in range(it_lo, it_hi):
-            grp = it % g.ngroups
-            p_lo = grp * g.npanels // g.ngroups
-            p_hi = (grp + 1) * g.npanels // g.ngroups
+            _group_panels(g, it, &p_lo, &p_hi)
             if p_lo < p_hi:
                 _add_c(g, g.out + bi * g.m * g.n, row_lo, row_hi, p_lo * PPL_NB,
                        min(g.n, p_hi * PPL_NB))
@@ -319,7 +323,7 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
     team.  With B raw, each item packs its panel group and goes over every row block."""
     cdef const _GemmArgs *g = <const _GemmArgs *>args
     cdef Py_ssize_t nmitems = 1 if g.pack_b else g.nmblocks
-    cdef Py_ssize_t begin, end, item, last, rest, grp, bi, mb, p_lo, p_hi
+    cdef Py_ssize_t begin, end, item, last, rest, bi, mb, p_lo, p_hi
     cdef Py_ssize_t a_held = -1     # (entry, row block) whose only K chunk is in scratch_a
     cdef float *scratch_a = NULL
     cdef float *scratch_b = NULL
@@ -339,9 +343,7 @@ cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
             _gemm_rows(g, bi, rest % nmitems, item, last, scratch_a, NULL, False)
             item = last
             continue
-        grp = item % g.ngroups
-        p_lo = grp * g.npanels // g.ngroups
-        p_hi = (grp + 1) * g.npanels // g.ngroups
+        _group_panels(g, item, &p_lo, &p_hi)
         if p_lo < p_hi:
             _pack_panels(g.b + g.b_off[bi], g.b_sk, g.b_sn, g.k, g.n, p_lo, p_hi, scratch_b)
             for mb in range(g.nmblocks):
