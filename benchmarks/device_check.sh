@@ -22,6 +22,8 @@ step() {  # step LIMIT_S NAME CMD...: run CMD from /tmp (the installed pplpy), l
     (cd /tmp && timeout "$limit" "$@") >> "$log" 2>&1 || say "   ($name: exit $?)"
 }
 say "$(lscpu | grep -E 'Model name' | tr -s ' '), $(nproc) CPUs"
+# which CPUs share a core, a cache or a node (the workers are bound to consecutive CPUs)
+lscpu -e >> "$log" 2>&1
 say "== build"
 (cd "$repo" && python3 -m pip install -q --no-build-isolation --no-deps . ) >> "$log" 2>&1 \
     || { say "build failed"; exit 1; }
@@ -34,12 +36,17 @@ for t in 1 4 16; do
         --onnx-model "$out/models/resnet50.onnx" --num-threads "$t" --enable-profiling \
         --warmup-iterations 3 --min-profiling-iterations 10
 done
-# GPT-2 scaled 2.1-2.4x from 1 to 4 threads on the Xeon (ORT 2.9-3.6x): its GEMMs per node
+# GPT-2 scaled 2.1-2.4x from 1 to 4 threads on the Xeon (ORT 2.9-3.6x, unbound threads),
+# but 6.4x at 16 (ORT 6.2x): its GEMMs per node, and 4 threads without binding (if two of the
+# CPUs the workers are bound to share a core, only 4 threads would suffer, not 1 or 16)
 for t in 1 4; do
     step 60 "GPT-2 profile, $t threads" python3 -m pplpy.tools.pplnn \
         --onnx-model "$out/models/gpt2_small.onnx" --num-threads "$t" --enable-profiling \
         --warmup-iterations 2 --min-profiling-iterations 5
 done
+step 60 "GPT-2 profile, 4 threads, unbound" python3 -m pplpy.tools.pplnn \
+    --onnx-model "$out/models/gpt2_small.onnx" --num-threads 4 --no-bind-threads \
+    --enable-profiling --warmup-iterations 2 --min-profiling-iterations 5
 rm -rf "$out/models"
 step 330 "suite, threads $threads" python3 "$repo/benchmarks/run.py" --threads "$threads" \
     --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
