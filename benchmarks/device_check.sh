@@ -2,7 +2,8 @@
 # One call's worth of measurements on a lent machine (the 16-core Xeon), in priority order,
 # each step with its own time limit, everything written to $OUT as it goes:
 #     bash benchmarks/device_check.sh [threads, default 1,4,16]
-# Build (about 2 min on 16 cores), brgemm.py and the C harness on one core (the module
+# Build (about 2 min on 16 cores), which CPUs share a core (core_sharing.py), brgemm.py
+# and the C harness on one core (the module
 # against the header alone), a ResNet-50 profile at 1, 4 and 16 threads and a GPT-2 one at
 # 1 and 4 (per-node items), then the whole suite against ONNX Runtime.  Pitfalls it avoids,
 # both met on the device: files the tool does not copy (.gitignore'd ones, such as *.c
@@ -27,6 +28,8 @@ lscpu -e >> "$log" 2>&1
 say "== build"
 (cd "$repo" && python3 -m pip install -q --no-build-isolation --no-deps . ) >> "$log" 2>&1 \
     || { say "build failed"; exit 1; }
+step 60 "core sharing (peak loop on CPU 0 and each other CPU at once)" \
+    python3 "$repo/benchmarks/core_sharing.py"
 step 60 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" --tiers avx512,fma
 step 60 "C harness (one core)" taskset -c "$cpu" bash "$repo/benchmarks/brgemm_harness.sh" 14x2x8
 python3 "$repo/benchmarks/models.py" --save "$out/models" --models resnet50,gpt2_small \
