@@ -2,13 +2,13 @@
 # One call's worth of measurements on a lent machine (the 16-core Xeon), in priority order,
 # each step with its own time limit, everything written to $OUT as it goes:
 #     bash benchmarks/device_check.sh [threads, default 1,4,16]
-# Build (about 2 min on 16 cores), which CPUs share a core (core_sharing.py), brgemm.py
-# and the C harness on one core (the module
-# against the header alone), a ResNet-50 profile at 1, 4 and 16 threads and a GPT-2 one at
-# 1 and 4 (per-node items), then the whole suite against ONNX Runtime.  Pitfalls it avoids,
-# both met on the device: files the tool does not copy (.gitignore'd ones, such as *.c
-# outside benchmarks/) and a bare `wait` in a script whose output goes through a process
-# substitution (it waits for the tee too, until the call's limit).
+# Build (about 2 min on 16 cores), which CPUs share a core (core_sharing.py), brgemm.py and
+# the C harness on one core (the module against the header alone), a ResNet-50 profile at 1,
+# 4 and 16 threads and a GPT-2 one at 1 and 4 (per-node items; 4 also unbound), then the
+# whole suite against ONNX Runtime.  Pitfalls it avoids, both met on the device: files the
+# tool does not copy (.gitignore'd ones, such as *.c outside benchmarks/) and a bare `wait`
+# in a script whose output goes through a process substitution (it waits for the tee too,
+# until the call's limit).
 set -u
 out="${OUT:-$(mktemp -d)}"
 threads="${1:-1,4,16}"
