@@ -10,9 +10,10 @@
 # Attention.  A work item is (batch b, query head h, block of up to QROWS query rows); items
 # are independent (each writes its own rows of Y and of the optional QK output) and split
 # over the team with ppl_partition, one step, no barrier.  Inside an item the keys are taken
-# KB at a time, with a running maximum m and sum l per row (flash attention):
+# kb at a time (all of them when that is at most KB_ONE_BLOCK, else KB), with a running
+# maximum m and sum l per row (flash attention):
 #
-#     S    = Q_blk K_j^T * scale                      brgemm: rows x KB scores in scratch
+#     S    = Q_blk K_j^T * scale                      brgemm: rows x kb scores in scratch
 #     s    = softcap(S) + bias_j                      per row, in place
 #     m'   = max(m, max s);  l = l * exp(m - m') + sum exp(s - m');  acc *= exp(m - m')
 #     acc += exp(s - m') V_j                          brgemm, accumulating into acc
@@ -59,7 +60,9 @@ cdef extern from "_attention_fp32.h" nogil:
 
 cdef enum:
     QROWS = 64              # query rows per work item at most
-    KB = 128                # keys per score tile: a multiple of PPL_NB at every tier
+    KB = 128                # keys per score block: a multiple of PPL_NB at every tier ...
+    KB_ONE_BLOCK = 256      # ... unless all of them (rounded up to PPL_NB) are at most this
+    S_FLOATS = QROWS * KB   # the score block (query rows x keys) at most: 32 KB, L1
     WHOLE_KV_FLOATS = 1 << 20   # one KV head's packed K and V kept whole up to this (4 MB)
     MAX_PIECES = 16         # k = 256 at most as a batch of PPL_CB-long pieces
     MASK_NONE = 0
@@ -90,6 +93,7 @@ cdef struct AttnArgs:
     float scale
     float softcap               # <= 0: none
     Py_ssize_t qrows, nqb, items
+    Py_ssize_t kb               # keys per score block, the row stride of the scores
     Py_ssize_t dvp              # Dv rounded up to whole panels: the row stride of acc
     bint whole                  # K and V packed whole per KV head (else per key block)
     Py_ssize_t kv_rows          # rows of a packed V panel: T rounded up to PPL_NB, or KB
@@ -190,7 +194,7 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
     cdef Py_ssize_t h = bh % a.Hq, b = bh // a.Hq
     cdef Py_ssize_t hk = h // (a.Hq // a.Hkv)
     cdef Py_ssize_t i0 = qb * a.qrows, i1 = min(i0 + a.qrows, a.Sq), nr = i1 - i0
-    cdef float *s = work + a.s_off          # nr x KB scores, then probabilities
+    cdef float *s = work + a.s_off          # nr x kb scores, then probabilities
     cdef float *acc = work + a.acc_off      # nr x dvp
     cdef float *m = work + a.ml_off         # running maxima
     cdef float *l = m + QROWS               # running sums
@@ -200,7 +204,12 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
     cdef const float *vh = a.v + b * a.v_sb + hk * a.v_sh
     cdef const float *q0 = a.q + b * a.q_sb + h * a.q_sh + i0 * a.q_ss
     cdef Py_ssize_t offset = a.offset, valid = -1, j_lo = 0, j_hi = a.T, last
-    cdef Py_ssize_t j0, nj, p, pv, r, r0, voff
+    cdef Py_ssize_t j0, nj, p, pv, r, r0, voff, tile
+    # near-equal tiles (50 rows: 13 + 13 + 12 + 12, not 14 + 14 + 14 + 8): the first
+    # `taller` have one row more
+    cdef Py_ssize_t ntiles = (nr + PPL_MR - 1) // PPL_MR
+    cdef Py_ssize_t tile_rows = nr // ntiles
+    cdef Py_ssize_t taller = nr - tile_rows * ntiles
     cdef int mm, nv
     cdef float zero = 0, one = 1, ninf = -INFINITY, c = a.softcap, mb, alpha, inv
     cdef float *row
@@ -242,7 +251,7 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
 
     j0 = j_lo
     while j0 < j_hi:
-        nj = min(<Py_ssize_t>KB, j_hi - j0)
+        nj = min(a.kb, j_hi - j0)
         if a.whole:
             kblk = kp + (j0 // PPL_NB) * D * PPL_NB
             voff = j0
@@ -255,14 +264,14 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
             nv = <int>min(<Py_ssize_t>PPL_NB, nj - p * PPL_NB)
             b_ptr = kblk + p * D * PPL_NB
             r0 = 0
-            while r0 < nr:
-                mm = <int>min(<Py_ssize_t>PPL_MR, nr - r0)
+            for tile in range(ntiles):
+                mm = <int>(tile_rows + (1 if tile < taller else 0))
                 _product(mm, nv, q0 + r0 * a.q_ss, a.q_ss, b_ptr, D,
-                         s + r0 * KB + p * PPL_NB, KB, &ep_s)
+                         s + r0 * a.kb + p * PPL_NB, a.kb, &ep_s)
                 r0 += mm
         # Online softmax, row by row: the scores become exp(s - m).
         for r in range(nr):
-            row = s + r * KB
+            row = s + r * a.kb
             if c > 0:
                 ppl_attn_row_softcap(row, nj, c)
             qkrow = NULL
@@ -289,10 +298,10 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
             nv = <int>min(<Py_ssize_t>PPL_NB, Dv - pv * PPL_NB)
             b_ptr = vp + (pv * a.kv_rows + voff) * PPL_NB
             r0 = 0
-            while r0 < nr:
-                mm = <int>min(<Py_ssize_t>PPL_MR, nr - r0)
-                _product(mm, nv, s + r0 * KB, KB, b_ptr, nj, acc + r0 * dvp + pv * PPL_NB,
-                         dvp, &ep_pv)
+            for tile in range(ntiles):
+                mm = <int>(tile_rows + (1 if tile < taller else 0))
+                _product(mm, nv, s + r0 * a.kb, a.kb, b_ptr, nj,
+                         acc + r0 * dvp + pv * PPL_NB, dvp, &ep_pv)
                 r0 += mm
         j0 += nj
 
@@ -355,15 +364,23 @@ def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int q
     if not 0 <= qk_mode <= 3:
         raise ValueError(f"qk_matmul_output_mode {qk_mode}: expected 0..3")
     num_threads = max(1, num_threads)
-    # Query blocks of equal size, at most QROWS rows.
-    cdef Py_ssize_t nqb = (Sq + QROWS - 1) // QROWS
-    cdef Py_ssize_t qrows = (Sq + nqb - 1) // nqb
     cdef Py_ssize_t dvp = (Dv + PPL_NB - 1) // PPL_NB * PPL_NB
     cdef Py_ssize_t t_pad = (T + PPL_NB - 1) // PPL_NB * PPL_NB
+    # Keys up to KB_ONE_BLOCK are scored in one block, with query blocks short enough that
+    # the scores stay in S_FLOATS: no rescaling of the running sums, one maximum and one sum
+    # per row.  ViT-B/16's 197 keys had gone in blocks of 128 and 69; as one block of 224
+    # (query blocks of 33 rows), its attention op 1.72-1.78 -> 1.65-1.68 ms, best of a
+    # 2-second loop, three rounds alternating (Zen 4, avx512).  Longer rows go KB keys at a
+    # time.
+    cdef Py_ssize_t kb = KB if t_pad > KB_ONE_BLOCK else max(t_pad, <Py_ssize_t>PPL_NB)
+    cdef Py_ssize_t qmax = min(<Py_ssize_t>QROWS, max(<Py_ssize_t>PPL_MR, S_FLOATS // kb))
+    # Query blocks of equal size, at most qmax rows.
+    cdef Py_ssize_t nqb = (Sq + qmax - 1) // qmax
+    cdef Py_ssize_t qrows = (Sq + nqb - 1) // nqb
     cdef bint whole = t_pad * (D + dvp) <= WHOLE_KV_FLOATS
-    cdef Py_ssize_t kv_rows = t_pad if whole else KB
+    cdef Py_ssize_t kv_rows = t_pad if whole else kb
     cdef Py_ssize_t s_off = 0
-    cdef Py_ssize_t acc_off = s_off + _round16(qrows * KB)
+    cdef Py_ssize_t acc_off = s_off + _round16(qrows * kb)
     cdef Py_ssize_t ml_off = acc_off + _round16(qrows * dvp)
     cdef Py_ssize_t kp_off = ml_off + 2 * QROWS
     cdef Py_ssize_t vp_off = kp_off + _round16(kv_rows * D)
@@ -395,6 +412,7 @@ def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int q
     a.scale = scale
     a.softcap = softcap
     a.qrows, a.nqb, a.items = qrows, nqb, B * Hq * nqb
+    a.kb = kb
     step.work_items = a.items
     a.dvp, a.whole, a.kv_rows = dvp, whole, kv_rows
     a.s_off, a.acc_off, a.ml_off, a.kp_off, a.vp_off = s_off, acc_off, ml_off, kp_off, vp_off

@@ -18,8 +18,12 @@ def test_variants_export_the_same_names():
     assert_variants_export_the_same_names("attention_fp32")
 
 
+# Keys up to 256 (rounded up to a panel) are one score block, with shorter query blocks as
+# they grow (T = 200: four blocks of 30 rows); T = 300 goes 128 keys at a time (online
+# softmax over three blocks) in two query blocks of 35.
 @pytest.mark.parametrize("dims", [(2, 4, 2, 5, 7, 8, 6), (1, 2, 2, 40, 130, 64, 64),
-                                  (1, 1, 1, 1, 1, 3, 5), (1, 2, 1, 17, 65, 16, 16)])
+                                  (1, 1, 1, 1, 1, 3, 5), (1, 2, 1, 17, 65, 16, 16),
+                                  (1, 1, 1, 120, 200, 64, 64), (1, 2, 1, 70, 300, 32, 40)])
 @pytest.mark.parametrize("kind", ["plain", "causal", "softcap", "bool", "float", "short"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_attention_step(attention, dims, kind, threads):
