@@ -4,8 +4,9 @@
 #     bash benchmarks/device_check.sh [threads, default 1,4,16]
 # Build (about 2 min on 16 cores), which CPUs share a core (core_sharing.py), brgemm.py and
 # the C harness on one core (the module against the header alone), a ResNet-50 profile at 1,
-# 4 and 16 threads and a GPT-2 one at 1 and 4 (per-node items; 4 also unbound), then the
-# whole suite against ONNX Runtime.  Pitfalls it avoids, both met on the device: files the
+# 4 and 16 threads and a GPT-2 one at 1 and 4 (per-node items; 4 also unbound), the
+# transformer GEMMs with cold weights (cold_gemm.py), then the whole suite against ONNX
+# Runtime.  Pitfalls it avoids, both met on the device: files the
 # tool does not copy (.gitignore'd ones, such as *.c outside benchmarks/) and a bare `wait`
 # in a script whose output goes through a process substitution (it waits for the tee too,
 # until the call's limit).
@@ -51,6 +52,9 @@ step 60 "GPT-2 profile, 4 threads, unbound" python3 -m pplpy.tools.pplnn \
     --onnx-model "$out/models/gpt2_small.onnx" --num-threads 4 --no-bind-threads \
     --enable-profiling --warmup-iterations 2 --min-profiling-iterations 5
 rm -rf "$out/models"
+# the transformer GEMMs with cold weights, pplpy (at several B-prefetch distances) and ORT
+step 150 "cold GEMMs" python3 "$repo/benchmarks/cold_gemm.py" --threads 1,4 \
+    --prefetch 0,4,8,16 --rounds 2
 step 330 "suite, threads $threads" python3 "$repo/benchmarks/run.py" --threads "$threads" \
     --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
 say "done"
