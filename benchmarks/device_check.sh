@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # One call's worth of measurements on a lent machine (the 16-core Xeon), in priority order,
 # each step with its own time limit, everything written to $OUT as it goes:
-#     bash benchmarks/device_check.sh [threads, default 1,4,16]
-# Build (about 2 min on 16 cores), which CPUs share a core (core_sharing.py), brgemm.py and
-# the C harness on one core (the module against the header alone), a ResNet-50 profile at 1,
-# 4 and 16 threads and a GPT-2 one at 1 and 4 (per-node items; 4 also unbound), the
-# transformer GEMMs with cold weights (cold_gemm.py), then the whole suite against ONNX
-# Runtime.  Pitfalls it avoids, both met on the device: files the
-# tool does not copy (.gitignore'd ones, such as *.c outside benchmarks/) and a bare `wait`
-# in a script whose output goes through a process substitution (it waits for the tee too,
-# until the call's limit).
+#     bash benchmarks/device_check.sh [threads, default 1,4,16] [all|diag|suite]
+# Build (about 2 min on 16 cores), then the diagnostics ("diag"): which CPUs share a core
+# (core_sharing.py), brgemm.py and the C harness on one core (the module against the header
+# alone), a ResNet-50 profile at 1, 4 and 16 threads and a GPT-2 one at 1 and 4 (per-node
+# items; 4 also unbound), MobileNetV2 at one thread and ORT's per-op profiles beside them
+# (ort_profile.py), the transformer GEMMs with cold weights (cold_gemm.py); then ("suite")
+# the whole suite against ONNX Runtime.  All of it takes about 10 minutes: where one call's
+# limit would cut the suite, run "diag" and "suite" as two calls.  Pitfalls it avoids, both
+# met on the device: files the tool does not copy (.gitignore'd ones, such as *.c outside
+# benchmarks/) and a bare `wait` in a script whose output goes through a process
+# substitution (it waits for the tee too, until the call's limit).
 set -u
 out="${OUT:-$(mktemp -d)}"
 threads="${1:-1,4,16}"
+parts="${2:-all}"
+case "$parts" in all|diag|suite) ;; *) echo "parts: all, diag or suite, not $parts"; exit 2;; esac
 cpu="${CPU:-2}"   # the core of the one-core measurements
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$out"
@@ -29,32 +33,47 @@ lscpu -e >> "$log" 2>&1
 say "== build"
 (cd "$repo" && python3 -m pip install -q --no-build-isolation --no-deps . ) >> "$log" 2>&1 \
     || { say "build failed"; exit 1; }
-step 60 "core sharing (peak loop on CPU 0 and each other CPU at once)" \
-    python3 "$repo/benchmarks/core_sharing.py"
-step 60 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" --tiers avx512,fma
-step 60 "C harness (one core)" taskset -c "$cpu" bash "$repo/benchmarks/brgemm_harness.sh" 14x2x8
-python3 "$repo/benchmarks/models.py" --save "$out/models" --models resnet50,gpt2_small \
-    >> "$log" 2>&1
-for t in 1 4 16; do
-    step 60 "ResNet-50 profile, $t threads" python3 -m pplpy.tools.pplnn \
-        --onnx-model "$out/models/resnet50.onnx" --num-threads "$t" --enable-profiling \
-        --warmup-iterations 3 --min-profiling-iterations 10
-done
-# GPT-2 scaled 2.1-2.4x from 1 to 4 threads on the Xeon (ORT 2.9-3.6x, unbound threads),
-# but 6.4x at 16 (ORT 6.2x): its GEMMs per node, and 4 threads without binding (if two of the
-# CPUs the workers are bound to share a core, only 4 threads would suffer, not 1 or 16)
-for t in 1 4; do
-    step 60 "GPT-2 profile, $t threads" python3 -m pplpy.tools.pplnn \
-        --onnx-model "$out/models/gpt2_small.onnx" --num-threads "$t" --enable-profiling \
-        --warmup-iterations 2 --min-profiling-iterations 5
-done
-step 60 "GPT-2 profile, 4 threads, unbound" python3 -m pplpy.tools.pplnn \
-    --onnx-model "$out/models/gpt2_small.onnx" --num-threads 4 --no-bind-threads \
-    --enable-profiling --warmup-iterations 2 --min-profiling-iterations 5
-rm -rf "$out/models"
-# the transformer GEMMs with cold weights, pplpy (at several B-prefetch distances) and ORT
-step 150 "cold GEMMs" python3 "$repo/benchmarks/cold_gemm.py" --threads 1,4 \
-    --prefetch 0,4,8,16 --rounds 2
-step 330 "suite, threads $threads" python3 "$repo/benchmarks/run.py" --threads "$threads" \
-    --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
+if [ "$parts" != suite ]; then
+    step 60 "core sharing (peak loop on CPU 0 and each other CPU at once)" \
+        python3 "$repo/benchmarks/core_sharing.py"
+    step 60 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" \
+        --tiers avx512,fma
+    step 60 "C harness (one core)" taskset -c "$cpu" bash "$repo/benchmarks/brgemm_harness.sh" \
+        14x2x8
+    python3 "$repo/benchmarks/models.py" --save "$out/models" \
+        --models resnet50,gpt2_small,mobilenet_v2 >> "$log" 2>&1
+    for t in 1 4 16; do
+        step 60 "ResNet-50 profile, $t threads" python3 -m pplpy.tools.pplnn \
+            --onnx-model "$out/models/resnet50.onnx" --num-threads "$t" --enable-profiling \
+            --warmup-iterations 3 --min-profiling-iterations 10
+    done
+    # GPT-2 scaled 2.1-2.4x from 1 to 4 threads on the Xeon (ORT 2.9-3.6x, unbound
+    # threads), but 6.4x at 16 (ORT 6.2x): its GEMMs per node, and 4 threads without
+    # binding (if two of the CPUs the workers are bound to share a core, only 4 threads
+    # would suffer, not 1 or 16)
+    for t in 1 4; do
+        step 60 "GPT-2 profile, $t threads" python3 -m pplpy.tools.pplnn \
+            --onnx-model "$out/models/gpt2_small.onnx" --num-threads "$t" --enable-profiling \
+            --warmup-iterations 2 --min-profiling-iterations 5
+    done
+    step 60 "GPT-2 profile, 4 threads, unbound" python3 -m pplpy.tools.pplnn \
+        --onnx-model "$out/models/gpt2_small.onnx" --num-threads 4 --no-bind-threads \
+        --enable-profiling --warmup-iterations 2 --min-profiling-iterations 5
+    # MobileNetV2 ran at 0.82 of ORT at one thread on the Xeon (1.0 on the EPYC): both per node
+    step 60 "MobileNetV2 profile, 1 thread" python3 -m pplpy.tools.pplnn \
+        --onnx-model "$out/models/mobilenet_v2.onnx" --num-threads 1 --enable-profiling \
+        --warmup-iterations 5 --min-profiling-iterations 40
+    step 60 "MobileNetV2, ORT per op, 1 thread" python3 "$repo/benchmarks/ort_profile.py" \
+        "$out/models/mobilenet_v2.onnx" --threads 1 --runs 40 --nodes 15
+    step 60 "GPT-2, ORT per op, 4 threads" python3 "$repo/benchmarks/ort_profile.py" \
+        "$out/models/gpt2_small.onnx" --threads 4 --runs 5
+    rm -rf "$out/models"
+    # the transformer GEMMs with cold weights, pplpy (at several B-prefetch distances) and ORT
+    step 150 "cold GEMMs" python3 "$repo/benchmarks/cold_gemm.py" --threads 1,4 \
+        --prefetch 0,4,8,16 --rounds 2
+fi
+if [ "$parts" != diag ]; then
+    step 330 "suite, threads $threads" python3 "$repo/benchmarks/run.py" \
+        --threads "$threads" --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
+fi
 say "done"
