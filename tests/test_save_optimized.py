@@ -15,6 +15,7 @@ from onnx.reference import ReferenceEvaluator
 import pplpy
 from models import graph_builders as gb
 from pplpy.data import DEMO_MODEL_PATH
+from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
 from pplpy.tools import pplnn
 
 
@@ -105,8 +106,12 @@ def bert_feeds(batch=2, seq=7):
 def test_bert_layer(tmp_path):
     saved, rt = save_and_reload(tmp_path, gb.bert_encoder_layer(), bert_feeds())
     counts = op_counts(saved)
-    # the residual Adds and their norms as pplpy::AddLayerNormalization
-    assert counts["pplpy::MatMulBias"] == 6 and counts["pplpy::AddLayerNormalization"] == 2
+    # the residual Adds and their norms as pplpy::AddLayerNormalization, the Q, K, V
+    # projections as one GEMM read by pplpy::PackedAttention
+    assert counts["pplpy::MatMulBias"] == 4 and counts["pplpy::AddLayerNormalization"] == 2
+    assert counts["pplpy::PackedAttention"] == 1
+    (packed,) = attributes(saved, "pplpy::PackedAttention")
+    assert list(packed["qkv_hidden_sizes"]) == [64, 64, 64]
     gelu = [a for a in attributes(saved, "pplpy::MatMulBias") if "post_ops" in a]
     assert [[s.decode() for s in a["post_ops"]] for a in gelu] == [["gelu"]]
     # symbolic dims survive, and the reload runs another shape
@@ -119,7 +124,9 @@ def test_bert_layer(tmp_path):
 def test_bert_layer_attention_in_an_older_opset(tmp_path):
     """Attention (opset 23) in an opset-17 model is written as pplpy::Attention; the model
     keeps ai.onnx 17."""
-    saved, _ = save_and_reload(tmp_path, gb.bert_encoder_layer(), bert_feeds())
+    # without pack_qkv, which would make it a pplpy::PackedAttention
+    passes = [e for e in DEFAULT_PIPELINE if e.pass_id != "pack_qkv"]
+    saved, _ = save_and_reload(tmp_path, gb.bert_encoder_layer(), bert_feeds(), passes)
     assert op_counts(saved)["pplpy::Attention"] == 1
     assert {o.domain: o.version for o in saved.opset_import}[""] == gb.OPSET
 

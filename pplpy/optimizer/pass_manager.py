@@ -43,6 +43,7 @@ from pplpy.optimizer.passes.expand_to_broadcast import ExpandToBroadcast
 from pplpy.optimizer.passes.fold_into_conv import FoldIntoBatchNorm, FoldIntoConv, FoldIntoGemm
 from pplpy.optimizer.passes.fuse_eltwise_chains import FuseEltwiseChains
 from pplpy.optimizer.passes.fuse_matmul_bias import FuseMatMulBias
+from pplpy.optimizer.passes.pack_qkv import PackQKV
 from pplpy.optimizer.passes.recognize_add_layer_norm import RecognizeAddLayerNorm
 from pplpy.optimizer.passes.recognize_attention import RecognizeAttention
 from pplpy.optimizer.passes.recognize_gelu import RecognizeGelu
@@ -81,6 +82,7 @@ PASSES = {
         RecognizeAddLayerNorm,
         RecognizeAttention,
         FuseMatMulBias,
+        PackQKV,
         FuseEltwiseChains,
     )
 }
@@ -167,6 +169,9 @@ DEFAULT_PIPELINE = (
     # The 3-D projections fold_into_gemm leaves as MatMul + Add: one node, so the engine can
     # fuse the activation after them.
     P("fuse_matmul_bias", dce_after=True, modes=("fusion",)),
+    # Self-attention's Q, K, V from one packed tensor: the Split after GPT-2's one
+    # projection goes, BERT's and ViT's three projections become one GEMM.
+    P("pack_qkv", dce_after=True, modes=("fusion",)),
     # An activation after a Concat moves onto the Concat's parts, where post-op fusion puts
     # it in their producers' epilogues (fixed point: a chain of activations moves one by one).
     P("hoist_activations_above_concat", "fixed_point", modes=("fusion",)),

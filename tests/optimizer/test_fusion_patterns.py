@@ -549,8 +549,12 @@ def test_bert_layer_fused(gelu, mask):
     # Post-LN: both norms read a residual sum nothing else reads.
     assert log["recognize_add_layer_norm"].details == {
         "Add+LayerNormalization->AddLayerNormalization": 2}
+    # The Q, K, V projections of one input: one GEMM, its output read packed.
+    assert log["pack_qkv"].details == {
+        "3 MatMulBias+Attention->MatMulBias+PackedAttention": 1}
     types = ops(rt)
-    assert types["Attention"] == 1 and types["AddLayerNormalization"] == 2
+    assert types["PackedAttention"] == 1 and types["AddLayerNormalization"] == 2
+    assert types["MatMulBias"] == 4 and "Attention" not in types
     assert "LayerNormalization" not in types
     assert not {"Softmax", "Erf", "Tanh", "ReduceMean", "MatMul", "Transpose",
                 "Reshape"} & set(types)
@@ -569,7 +573,11 @@ def test_gpt2_layer_fused(causal):
     model = gb.gpt2_decoder_layer(causal=causal, max_pos=128)
     rt = load(model)
     types = ops(rt)
-    assert types["Attention"] == 1 and types["MatMulBias"] == 4
+    # The one Q/K/V projection's output is read packed: its Split is gone.
+    assert types["PackedAttention"] == 1 and types["MatMulBias"] == 4
+    assert not {"Attention", "Split"} & set(types)
+    log = {r.pass_id: r for r in rt.result.pass_log}
+    assert log["pack_qkv"].details == {"Split+Attention->PackedAttention": 1}
     # Pre-LN: the first norm reads the layer's input, the second a residual sum that the
     # last Add reads too (the fused node's second output).
     assert types["LayerNormalization"] == 1

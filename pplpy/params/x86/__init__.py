@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass
 
 from pplpy.common.data_format import DataFormat
+from pplpy.params.onnx import AttentionParam
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +78,12 @@ class AddLayerNormalizationParam:
     """LayerNormalization over the last axis of a residual sum A + B (recognize_add_layer_norm)."""
 
     epsilon: float = 1e-5
+
+
+@dataclass(frozen=True, slots=True)
+class PackedAttentionParam(AttentionParam):
+    """Attention (opset 23's attributes) over Q, K and V packed side by side in one 3-D
+    tensor (B, S, Q width + K width + V width), as one projection GEMM writes them
+    (pack_qkv): ``qkv_hidden_sizes`` are the three widths, in that order."""
+
+    qkv_hidden_sizes: tuple = ()

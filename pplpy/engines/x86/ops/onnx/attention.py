@@ -54,22 +54,39 @@ def _head_view(dims, heads):
     return (b, heads, s, e), (s * hidden, e, hidden)
 
 
+class HeadView:
+    """Where the attention reads one of Q, K, V: the address of its first element, its
+    (B, H, S, head_size) dims and its (batch, head, seq) element strides (unit stride along
+    the head size)."""
+
+    def __init__(self, address, dims, strides):
+        self.address, self.dims, self.strides = address, dims, strides
+
+
 class AttentionKernel(X86Kernel):
     def make_step(self, io):
         if not self.has_work(io):
             return None
-        op_ctx, p = self.op, self.param
-        impl = self.impl("attention_fp32")
+        p = self.param
         ins = list(io.inputs) + [None] * (7 - len(io.inputs))
+        views = [HeadView(s.address, *_head_view(tuple(s.shape.dims), heads))
+                 for s, heads in zip(ins[:3], (p.q_num_heads, p.kv_num_heads,
+                                                p.kv_num_heads))]
+        return self.attention_steps(io, views, *ins[3:])
+
+    def attention_steps(self, io, views, mask, past_k, past_v, nonpad):
+        """The steps of Y = attention(Q, K, V) with Q, K, V read through ``views``
+        (HeadView); the other inputs are io's slots (or None)."""
+        p = self.param
+        impl = self.impl("attention_fp32")
         outs = list(io.outputs) + [None] * (4 - len(io.outputs))
-        q, k, v, mask, past_k, past_v, nonpad = ins
-        qd, kd, vd = (tuple(s.shape.dims) for s in (q, k, v))
-        (B, Hq, Sq, D), q_str = _head_view(qd, p.q_num_heads)
-        (_, Hkv, Skv, _), k_str = _head_view(kd, p.kv_num_heads)
-        (_, _, _, Dv), v_str = _head_view(vd, p.kv_num_heads)
+        q, k, v = views
+        (B, Hq, Sq, D), q_str = q.dims, q.strides
+        (_, Hkv, Skv, _), k_str = k.dims, k.strides
+        (_, _, _, Dv), v_str = v.dims, v.strides
         P = past_k.shape.dims[2] if past_k is not None else 0
         T = P + Skv
-        keep = [s.array for s in ins + outs if s is not None]
+        keep = [s.array for s in list(io.inputs) + outs if s is not None]
         steps = []
 
         # K and V as the attention reads them: the inputs themselves, or present (past ++

@@ -1,0 +1,191 @@
+"""pack_qkv and pplpy::PackedAttention: self-attention whose Q, K, V come from one Split of a
+projection (GPT-2) or from three projections of one input (BERT, ViT), built with
+onnx.helper as an opset-23 Attention in its 3-D form.  Each positive case checks the graph
+pplpy runs and the outputs against ``onnx.reference.ReferenceEvaluator`` on the original
+model, on every ISA tier; each near miss must keep its Attention and still match.
+"""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import pplpy
+from pplpy.errors import PplError
+
+F = TensorProto.FLOAT
+B, S, HIDDEN = 2, 9, 32
+RNG = np.random.default_rng(11)
+
+
+def _const(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def _model(nodes, inits, inputs, opset=23, extra_outputs=()):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, t, d) for n, t, d in inputs],
+        [helper.make_tensor_value_info(o, F, None) for o in ("y", *extra_outputs)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _attention(q, k, v, mask=None, q_heads=4, kv_heads=4, **attrs):
+    """Attention in the 3-D form; ``mask`` (a kind or None) reads the input "mask"."""
+    inputs = [q, k, v] + (["mask"] if mask else [])
+    return helper.make_node("Attention", inputs, ["y"], q_num_heads=q_heads,
+                            kv_num_heads=kv_heads, **attrs)
+
+
+def _weights(widths):
+    return [(RNG.standard_normal((HIDDEN, w)) / np.sqrt(HIDDEN)).astype(np.float32)
+            for w in widths]
+
+
+def split_model(widths=(32, 32, 32), mask=None, **attn):
+    """x -> MatMul(W) + b -> Split(widths) -> Attention (GPT-2's form)."""
+    w = np.concatenate(_weights(widths), axis=1)
+    inits = [_const("w", w), _const("b", (0.1 * RNG.standard_normal(w.shape[1])).astype(
+        np.float32)), _const("sizes", np.array(widths, np.int64))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["qkv"]),
+             helper.make_node("Split", ["qkv", "sizes"], ["q", "k", "v"], axis=2),
+             _attention("q", "k", "v", mask, **attn)]
+    inputs = [("x", F, [B, S, HIDDEN])]
+    if mask is not None:
+        inputs.append(mask_input(mask))
+    return _model(nodes, inits, inputs)
+
+
+def projections_model(widths=(32, 32, 32), mask=None, q_input="x", **attn):
+    """Q, K, V = x @ W + b each (BERT's form); Q's projection may read another input."""
+    nodes, inits = [], []
+    for name, w in zip("qkv", _weights(widths)):
+        inits += [_const(f"w{name}", w),
+                  _const(f"b{name}", (0.1 * RNG.standard_normal(w.shape[1])).astype(np.float32))]
+        src = q_input if name == "q" else "x"
+        nodes += [helper.make_node("MatMul", [src, f"w{name}"], [f"m{name}"]),
+                  helper.make_node("Add", [f"m{name}", f"b{name}"], [name])]
+    nodes.append(_attention("q", "k", "v", mask, **attn))
+    inputs = [("x", F, [B, S, HIDDEN])]
+    if q_input != "x":
+        inputs.append((q_input, F, [B, S, HIDDEN]))
+    if mask is not None:
+        inputs.append(mask_input(mask))
+    return _model(nodes, inits, inputs)
+
+
+def mask_input(kind):
+    return ("mask", TensorProto.BOOL if kind == "bool" else F, [B, 1, S, S])
+
+
+def feeds_for(model):
+    feeds = {}
+    for value in model.graph.input:
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        if value.type.tensor_type.elem_type == TensorProto.BOOL:
+            feeds[value.name] = RNG.random(dims) > 0.3
+        else:
+            feeds[value.name] = RNG.standard_normal(dims).astype(np.float32)
+    return feeds
+
+
+def ops(rt):
+    return Counter(n.op_type for n in rt.graph.nodes)
+
+
+def check(model, isa="avx512", threads=1):
+    """The runtime, after checking its output against the reference on the model."""
+    feeds = feeds_for(model)
+    rt = pplpy.load(model.SerializeToString(), num_threads=threads, max_isa=isa)
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_allclose(rt.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+    return rt
+
+
+def pack_log(rt):
+    return dict(next(r for r in rt.result.pass_log if r.pass_id == "pack_qkv").details)
+
+
+@pytest.mark.parametrize("mask, attn", [
+    (None, {}),
+    ("bool", {}),
+    ("float", {"scale": 0.3}),
+    (None, {"is_causal": 1}),
+])
+def test_split_form(isa, mask, attn):
+    rt = check(split_model(mask=mask, **attn), isa)
+    assert pack_log(rt) == {"Split+Attention->PackedAttention": 1}
+    types = ops(rt)
+    assert types["PackedAttention"] == 1 and not {"Split", "Attention"} & set(types)
+
+
+@pytest.mark.parametrize("mask, attn", [(None, {}), ("float", {}), (None, {"is_causal": 1})])
+def test_projections_form(isa, mask, attn):
+    rt = check(projections_model(mask=mask, **attn), isa)
+    assert pack_log(rt) == {"3 MatMulBias+Attention->MatMulBias+PackedAttention": 1}
+    types = ops(rt)
+    assert types == {"MatMulBias": 1, "PackedAttention": 1}
+    (gemm,) = [n for n in rt.graph.nodes if n.op_type == "MatMulBias"]
+    assert rt.graph.values[gemm.outputs[0]].dims[-1] == 3 * 32
+
+
+def test_grouped_query_widths(isa):
+    """4 query heads over 2 KV heads: Q 32 wide, K and V 16 each."""
+    for build in (split_model, projections_model):
+        rt = check(build(widths=(32, 16, 16), kv_heads=2), isa)
+        assert ops(rt)["PackedAttention"] == 1
+        (node,) = [n for n in rt.graph.nodes if n.op_type == "PackedAttention"]
+        assert node.param.qkv_hidden_sizes == (32, 16, 16)
+
+
+def test_threads_agree():
+    model = projections_model(mask="bool")
+    feeds = feeds_for(model)
+    one = pplpy.load(model.SerializeToString(), num_threads=1).run(feeds)["y"]
+    two = pplpy.load(model.SerializeToString(), num_threads=2).run(feeds)["y"]
+    np.testing.assert_array_equal(one, two)
+
+
+def test_near_misses_keep_attention():
+    # Q projected from another input: not one GEMM's output
+    rt = check(projections_model(q_input="other"))
+    assert ops(rt)["Attention"] == 1 and ops(rt)["MatMulBias"] == 3
+    # Q also a graph output: the Split must write it
+    model = split_model()
+    model.graph.output.append(helper.make_tensor_value_info("q", F, None))
+    feeds = feeds_for(model)
+    rt = pplpy.load(model.SerializeToString(), num_threads=1)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = rt.run(feeds)
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-5)
+    assert ops(rt)["Attention"] == 1 and ops(rt)["Split"] == 1
+    # an unfused build keeps the spelling
+    unfused = pplpy.load(split_model().SerializeToString(), num_threads=1, fusion=False)
+    assert "PackedAttention" not in ops(unfused) and ops(unfused)["Split"] == 1
+
+
+def _hand_written(sizes, width):
+    """A model with a pplpy::PackedAttention written by hand over a (B, S, width) input."""
+    node = helper.make_node("PackedAttention", ["qkv"], ["y"], domain="pplpy",
+                            q_num_heads=4, kv_num_heads=4, qkv_hidden_sizes=list(sizes))
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("qkv", F, [B, S, width])],
+                              [helper.make_tensor_value_info("y", F, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("pplpy", 1)])
+
+
+def test_hand_written_node_runs_and_checks_its_widths():
+    model = _hand_written((32, 32, 32), 96)
+    qkv = RNG.standard_normal((B, S, 96)).astype(np.float32)
+    got = pplpy.load(model.SerializeToString(), num_threads=1).run({"qkv": qkv})["y"]
+    q, k, v = np.split(qkv, 3, axis=2)
+    ref = _model([_attention("q", "k", "v")], [], [(n, F, [B, S, 32]) for n in "qkv"])
+    (want,) = ReferenceEvaluator(ref).run(None, {"q": q, "k": k, "v": v})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(PplError, match="widths"):
+        pplpy.load(_hand_written((32, 32, 16), 96).SerializeToString())
+    with pytest.raises(PplError, match="three positive widths"):
+        pplpy.load(_hand_written((48, 48), 96).SerializeToString())
