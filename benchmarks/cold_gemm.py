@@ -2,7 +2,7 @@
 Runtime in one process, and pplpy at several B-prefetch distances.
 
     python benchmarks/cold_gemm.py [--threads 1,4] [--rows 128] [--layers 12]
-                                   [--prefetch 0,4,8,16] [--repeats 5]
+                                   [--prefetch 0,4,8,16] [--max-isa fma] [--repeats 5]
 
 A chain of --layers MLP blocks, MatMul + bias 768 -> 3072 then 3072 -> 768 (BERT-base's and
 GPT-2's feed-forward shapes at --rows tokens), each with weights of its own: 226 MB at 12
@@ -77,6 +77,8 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--prefetch", default="", help="comma-separated "
                         "PPLPY_B_PREFETCH_BLOCKS values to time pplpy at (default: as built)")
+    parser.add_argument("--max-isa", default=None, choices=("avx512", "fma", "sse"),
+                        help="pplpy's ISA tier (default: the best this CPU has)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
@@ -87,9 +89,10 @@ def main(argv=None):
         print("onnxruntime not installed: pplpy only")
     from peak import measure
 
-    peak = measure(pplpy.common.isa.supported_isas()[0])[0]
+    tier = args.max_isa or pplpy.common.isa.supported_isas()[0]
+    peak = measure(tier)[0]
     print(machine_line())
-    print(f"single-core FMA peak {peak:.1f} GFLOP/s; {args.layers} MLP blocks "
+    print(f"pplpy tier {tier}, its single-core FMA peak {peak:.1f} GFLOP/s; {args.layers} MLP blocks "
           f"{HIDDEN} -> {FFN} -> {HIDDEN} at {args.rows} rows; best of {args.rounds} medians "
           f"of {args.repeats} runs")
     x = np.random.default_rng(1).standard_normal((1, args.rows, HIDDEN)).astype(np.float32)
@@ -118,7 +121,7 @@ def main(argv=None):
                 else:
                     os.environ["PPLPY_B_PREFETCH_BLOCKS"] = distance
                     name = f"pplpy {label}, prefetch {distance}"
-                rt = pplpy.load(model, num_threads=threads)
+                rt = pplpy.load(model, num_threads=threads, max_isa=tier)
                 ms = best_median_ms(lambda: rt.run({"x": x}), args.rounds, args.repeats)
                 ratio = f"{ort_ms / ms:>8.3f}" if ort_ms is not None else f"{'-':>8}"
                 print(f"{name:34} {threads:>3} {ms:>9.2f} {flops / ms / 1e6:>8.1f} "
