@@ -50,7 +50,7 @@ def _together(module, iters, cpus):
 
 
 def main(argv=None):
-    from peak import _build
+    from peak import _build, calibrated_iterations
 
     from pplpy.common.isa import supported_isas
 
@@ -67,15 +67,7 @@ def main(argv=None):
         return 1
     tier = args.tier or supported_isas()[0]
     module = _build(tier)
-    iters = 1 << 16
-    while True:  # calibrate to about `seconds` per run
-        t = time.perf_counter()
-        module.run(iters)
-        took = time.perf_counter() - t
-        if took > args.seconds / 4:
-            break
-        iters *= 4
-    iters = max(1, int(iters * args.seconds / took))
+    iters = calibrated_iterations(module, args.seconds)
     first = cpus[0]
     solo = max(_together(module, iters, [first])[0] for _ in range(3))
     print(machine_line())

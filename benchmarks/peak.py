@@ -116,20 +116,27 @@ def _build(tier):
     return module
 
 
-def measure(tier, seconds=0.3, repeats=5):
-    """(best, median) GFLOP/s of one core on ``tier``'s multiply-add loop."""
+def calibrated_iterations(module, seconds):
+    """Iterations of ``module``'s loop that take about ``seconds`` on this core."""
     import time
 
-    module = _build(tier)
     iters = 1 << 16
-    while True:  # calibrate to about `seconds` per run
+    while True:
         start = time.perf_counter()
         module.run(iters)
         took = time.perf_counter() - start
         if took > seconds / 4:
             break
         iters *= 4
-    iters = max(1, int(iters * seconds / took))
+    return max(1, int(iters * seconds / took))
+
+
+def measure(tier, seconds=0.3, repeats=5):
+    """(best, median) GFLOP/s of one core on ``tier``'s multiply-add loop."""
+    import time
+
+    module = _build(tier)
+    iters = calibrated_iterations(module, seconds)
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
