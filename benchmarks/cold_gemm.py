@@ -92,9 +92,9 @@ def main(argv=None):
     tier = args.max_isa or pplpy.common.isa.supported_isas()[0]
     peak = measure(tier)[0]
     print(machine_line())
-    print(f"pplpy tier {tier}, its single-core FMA peak {peak:.1f} GFLOP/s; {args.layers} MLP blocks "
-          f"{HIDDEN} -> {FFN} -> {HIDDEN} at {args.rows} rows; best of {args.rounds} medians "
-          f"of {args.repeats} runs")
+    print(f"pplpy tier {tier}, its single-core FMA peak {peak:.1f} GFLOP/s; {args.layers} "
+          f"MLP blocks {HIDDEN} -> {FFN} -> {HIDDEN} at {args.rows} rows; best of "
+          f"{args.rounds} medians of {args.repeats} runs")
     x = np.random.default_rng(1).standard_normal((1, args.rows, HIDDEN)).astype(np.float32)
     flops_per_layer = 2 * 2 * args.rows * HIDDEN * FFN
     distances = [v.strip() for v in args.prefetch.split(",") if v.strip()] or [None]

@@ -6,10 +6,10 @@
 ORT's own profiler (SessionOptions.enable_profiling) records every node's kernel time; this
 sums them per op type over --runs runs after two untimed ones and prints ms per run and the
 share of the total, ORT's op names as its graph optimiser left them (Gemm, FusedMatMul,
-FusedConv, SkipLayerNormalization ...); --nodes N adds the N slowest nodes (ORT keeps the
-model's node names, so most can be found in pplpy's per-node profile).  Inputs are random, as pplnn makes them: floats
-standard normal, integers in [0, 100).  The profile file is written to a temporary folder
-and removed.
+FusedConv, SkipLayerNormalization ...); --nodes N adds the N slowest nodes (ORT names a
+fused node after its output, so most can be matched with pplpy's per-node profile by eye).
+Inputs are random: floats standard normal, integers in [0, 100), bools half True.  The
+profile file is written to a temporary folder and removed.
 """
 
 import argparse

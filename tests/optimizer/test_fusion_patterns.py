@@ -578,6 +578,11 @@ def test_gpt2_layer_fused(causal):
     assert not {"Attention", "Split"} & set(types)
     log = {r.pass_id: r for r in rt.result.pass_log}
     assert log["pack_qkv"].details == {"Split+Attention->PackedAttention": 1}
+    # The causal mask (either spelling) is the kernel's is_causal: no mask is computed.
+    assert log["recognize_attention"].details == {"Attention (3-D), causal": 1}
+    (attention,) = [n for n in rt.graph.nodes if n.op_type == "PackedAttention"]
+    assert attention.param.is_causal == 1 and len(attention.inputs) == 1
+    assert not {"Where", "Trilu", "Less"} & set(types)
     # Pre-LN: the first norm reads the layer's input, the second a residual sum that the
     # last Add reads too (the fused node's second output).
     assert types["LayerNormalization"] == 1

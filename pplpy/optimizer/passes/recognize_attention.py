@@ -16,7 +16,9 @@ K comes from K^T: when K^T is a Transpose, its input read through one Transpose 
 that is the identity), else a Transpose of K^T.
 
 Masks apply after the scale, each broadcasting to (B, H, Sq, Skv) with exactly Skv keys
-(the Attention mask is padded, not broadcast, along the keys).  One additive float mask is
+(the Attention mask is padded, not broadcast, along the keys).  A lone mask that is the
+causal triangle in an exporter's spelling (causal_mask.py: Trilu of ones, or a comparison
+of two Ranges, or a constant triangle) becomes ``is_causal`` instead.  One additive float mask is
 passed as is; one Where(cond, s, -inf) passes cond as the boolean mask; otherwise the masks
 are combined into one additive mask (Where(cond, mask, fill), Add).  A Where fill must be
 -inf or at most -1e30 (PyTorch's finfo.min): then s + fill == fill in float32 for every
@@ -26,10 +28,12 @@ In the default pipeline (fusion builds): pplpy's Attention kernel takes 0.7-0.9x
 of the MatMul/Softmax/MatMul it replaces (S=128 and 512, 1 and 2 threads).
 """
 
+import dataclasses
 import math
 
 import numpy as np
 
+from pplpy.optimizer.passes.causal_mask import is_causal_mask
 from pplpy.optimizer.passes.pattern_rule import (
     PatternRule,
     dims_of,
@@ -154,12 +158,16 @@ class RecognizeAttention(PatternRule):
             k = self._untransposed(graph, kt, new_nodes)
         else:
             return False
+        causal = len(masks) == 1 and is_causal_mask(graph, masks[0], scores_dims)
+        if causal:  # the triangle as is_causal: key blocks past it are never scored
+            masks = []
+            param = dataclasses.replace(param, is_causal=1)
         mask = self._one_mask(graph, masks[::-1], new_nodes)
         inputs = [q, k, v] + ([mask] if mask else [])
         new_nodes.append(self.new_node(graph, "Attention", ATTENTION_OPSET, inputs, [out],
                                        param))
         what = "Attention" + (" (3-D)" if param.q_num_heads else "") + (
-            f" with {len(masks)} mask(s)" if masks else "")
+            f" with {len(masks)} mask(s)" if masks else "") + (", causal" if causal else "")
         return self.replace(graph, matched, out, new_nodes, what)
 
     @staticmethod
