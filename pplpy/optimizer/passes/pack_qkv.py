@@ -19,6 +19,8 @@ and (for the three projections) the MatMulBias nodes carry no post-op.  Runs aft
 fuse_matmul_bias, which writes those MatMulBias nodes.
 """
 
+import dataclasses
+
 import numpy as np
 
 from pplpy.optimizer.passes.pattern_rule import PatternRule, dims_of, is_float32
@@ -65,7 +67,8 @@ class PackQKV(PatternRule):
                for name in (q, k, v)):
             return False
         producers = [graph.producer(name) for name in (q, k, v)]
-        param = PackedAttentionParam(**{f: getattr(p, f) for f in p.__slots__},
+        param = PackedAttentionParam(**{f.name: getattr(p, f.name)
+                                        for f in dataclasses.fields(p)},
                                      qkv_hidden_sizes=sizes)
         new_inputs = [None] + ([mask] if mask else [])
         split = producers[0]
