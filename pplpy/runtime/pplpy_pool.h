@@ -29,10 +29,12 @@
  * after an idle spell was often queued on the caller's own CPU while the other stayed idle
  * (perf sched on our 2-vCPU guests: the two threads took turns on one CPU for the whole
  * run), so in about half the processes two threads ran SqueezeNet slower than one (7-10 ms
- * against 5.7; bound: 3.4-3.5 ms in every process).  The caller is never bound: it is the
- * user's thread.  The scheduler does not reliably move it off a bound worker's CPU either,
- * so as each run starts a worker bound to the caller's current CPU moves to a free one
- * (ppl_pool_avoid_caller).
+ * against 5.7; bound: 3.4-3.5 ms in every process).  Workers are bound along an order that
+ * the creator gives (pplpy/common/cpu_topology.py: one CPU of every physical core before
+ * any core's second hyper-thread), with each CPU's core, so a team no larger than the
+ * cores gets one core per thread.  The caller is never bound: it is the user's thread.  The
+ * scheduler does not reliably move it off a bound worker's CPU either, so as each run starts
+ * a worker on the caller's current CPU or core moves to a free one (ppl_pool_avoid_caller).
  */
 #ifndef PPLPY_POOL_H
 #define PPLPY_POOL_H
@@ -161,7 +163,11 @@ typedef struct {
     int nworkers;
     int bind;       /* 1: bind each worker to one CPU (ppl_pool_bind) */
     int *cpu;       /* the CPU worker i is bound to, or -1 */
-    int *cpus;      /* the process's CPU set when the workers were bound (NULL: unbound) */
+    int *order;     /* the CPUs to bind along, as the creator gave them (NULL: numeric) */
+    int *order_core; /* order_core[k]: the physical core of order[k] */
+    int norder;
+    int *cpus;      /* the order's CPUs still in the process's set when the workers were */
+    int *core_of;   /* bound (NULL: unbound); core_of[c]: CPU c's core, -1 outside cpus */
     int ncpus;
     pid_t pid; /* the process the workers were started in */
     pthread_mutex_t run_lock;
@@ -234,29 +240,54 @@ static void *ppl_worker_main(void *arg) {
  * rotate, so that several runtimes' workers spread over the machine. */
 static unsigned ppl_bind_rotation = 0;
 
-/* Bind worker i to the (1 + rotation + i)-th CPU the process may use (modulo their count;
- * index 0 is left to the caller when one pool runs alone).  Nothing is bound when the team
- * is larger than the CPU set (binding would stack threads that could spread) or where the
- * system has no per-thread affinity; pool->cpu[i] says what each worker got. */
+/* Bind worker i to the (1 + rotation + i)-th CPU of the bind order (modulo its length;
+ * index 0 is left to the caller when one pool runs alone).  The order is the creator's
+ * (pool->order) less any CPU the process may no longer use, or else the process's CPU set
+ * in numeric order with each CPU its own core.  Nothing is bound when the team is larger
+ * than that list (binding would stack threads that could spread) or where the system has no
+ * per-thread affinity; pool->cpu[i] says what each worker got. */
 static inline void ppl_pool_bind(ppl_pool *pool) {
     int i;
     for (i = 0; i < pool->nworkers; i++) pool->cpu[i] = -1;
     free(pool->cpus);
+    free(pool->core_of);
     pool->cpus = NULL;
+    pool->core_of = NULL;
     pool->ncpus = 0;
 #ifdef PPL_CAN_BIND
     {
         int cpus[CPU_SETSIZE]; /* 4 KB: pools may be made on several threads at once */
+        int cores[CPU_SETSIZE];
         cpu_set_t allowed, one;
-        int count = 0, c;
+        int count = 0, c, k;
         unsigned base;
         if (!pool->bind || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-        for (c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &allowed)) cpus[count++] = c;
+        if (pool->norder > 0) {
+            for (k = 0; k < pool->norder; k++) {
+                c = pool->order[k];
+                if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed)) continue;
+                cpus[count] = c;
+                cores[count++] = pool->order_core[k];
+            }
+        } else {
+            for (c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &allowed)) {
+                    cpus[count] = c;
+                    cores[count++] = c;
+                }
+        }
         if (pool->nworkers + 1 > count) return;
         pool->cpus = (int *)malloc((size_t)count * sizeof(int));
-        if (pool->cpus == NULL) return; /* no memory for the list: leave the workers free */
+        pool->core_of = (int *)malloc(CPU_SETSIZE * sizeof(int));
+        if (pool->cpus == NULL || pool->core_of == NULL) { /* no memory: leave them free */
+            free(pool->cpus);
+            free(pool->core_of);
+            pool->cpus = pool->core_of = NULL;
+            return;
+        }
         memcpy(pool->cpus, cpus, (size_t)count * sizeof(int));
+        for (c = 0; c < CPU_SETSIZE; c++) pool->core_of[c] = -1;
+        for (k = 0; k < count; k++) pool->core_of[cpus[k]] = cores[k];
         pool->ncpus = count;
         base = __atomic_fetch_add(&ppl_bind_rotation, (unsigned)pool->nworkers, __ATOMIC_RELAXED);
         for (i = 0; i < pool->nworkers; i++) {
@@ -269,31 +300,57 @@ static inline void ppl_pool_bind(ppl_pool *pool) {
 #endif
 }
 
+/* Where worker `w` should move to when the caller runs on CPU `here` (a CPU of `cpus`, or
+ * one outside them): the first CPU of the list on a core that neither the caller nor any
+ * other worker uses; failing that, if w is on `here` itself, the first CPU no thread is on;
+ * -1 to stay.  core_of maps a CPU to its core (-1 outside the list); wcpu[i] is worker i's
+ * CPU (-1: unbound).  A pure function of its arguments, so tests can give it any topology. */
+static inline int ppl_pool_move_target(const int *cpus, const int *core_of, int ncpus,
+                                       const int *wcpu, int nworkers, int w, int here) {
+    int here_core = here >= 0 && here < CPU_SETSIZE ? core_of[here] : -1;
+    int k, j, c, taken;
+    for (k = 0; k < ncpus; k++) { /* a free core */
+        c = cpus[k];
+        taken = c == here || (here_core >= 0 && core_of[c] == here_core);
+        for (j = 0; j < nworkers && !taken; j++)
+            taken = j != w && wcpu[j] >= 0 && core_of[wcpu[j]] == core_of[c];
+        if (!taken) return c;
+    }
+    if (wcpu[w] != here) return -1; /* a sibling of the caller's CPU, and no core is free */
+    for (k = 0; k < ncpus; k++) { /* a free CPU */
+        c = cpus[k];
+        taken = c == here;
+        for (j = 0; j < nworkers && !taken; j++) taken = j != w && wcpu[j] == c;
+        if (!taken) return c;
+    }
+    return -1;
+}
+
 /* As a run starts: a bound worker on the caller's current CPU would be queued behind the
  * caller for the whole run (the scheduler did not always move the free caller off it: in a
  * benchmark process where every other pool's worker landed on the caller's CPU, SqueezeNet at
- * two threads took 7.6 ms against 5.6 at one), so that worker moves to a CPU of the set that
- * neither the caller nor another worker is on.  One sched_getcpu() when nothing moves. */
+ * two threads took 7.6 ms against 5.6 at one), and one on a hyper-thread of the caller's core
+ * shares its FMA units; that worker moves (ppl_pool_move_target).  One sched_getcpu() and a
+ * look at each worker's core when nothing moves. */
 static inline void ppl_pool_avoid_caller(ppl_pool *pool) {
 #ifdef PPL_CAN_BIND
     cpu_set_t one;
-    int here, w, i, j, c, taken;
+    int here, here_core, w, c;
     if (pool->ncpus == 0) return;
     here = sched_getcpu();
-    if (here < 0) return;
-    for (w = 0; w < pool->nworkers && pool->cpu[w] != here; w++) {
+    if (here < 0 || here >= CPU_SETSIZE) return;
+    here_core = pool->core_of[here];
+    for (w = 0; w < pool->nworkers; w++) {
+        c = pool->cpu[w];
+        if (c == here || (here_core >= 0 && c >= 0 && pool->core_of[c] == here_core)) break;
     }
     if (w == pool->nworkers) return;
-    for (i = 0; i < pool->ncpus; i++) {
-        c = pool->cpus[i];
-        taken = c == here;
-        for (j = 0; j < pool->nworkers && !taken; j++) taken = pool->cpu[j] == c;
-        if (taken) continue;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
-        if (pthread_setaffinity_np(pool->threads[w], sizeof one, &one) == 0) pool->cpu[w] = c;
-        return;
-    }
+    c = ppl_pool_move_target(pool->cpus, pool->core_of, pool->ncpus, pool->cpu, pool->nworkers,
+                             w, here);
+    if (c < 0) return;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    if (pthread_setaffinity_np(pool->threads[w], sizeof one, &one) == 0) pool->cpu[w] = c;
 #else
     (void)pool;
 #endif
@@ -321,19 +378,32 @@ static inline void ppl_pool_start(ppl_pool *pool) {
 }
 
 /* A pool of nthreads - 1 workers (the caller is the team's thread 0), each bound to a CPU
- * if bind; NULL if out of memory. */
-static inline ppl_pool *ppl_pool_create(int nthreads, int bind) {
+ * if bind, along order[0..norder) whose physical cores are order_core (norder 0: the
+ * process's CPU set in numeric order); NULL if out of memory. */
+static inline ppl_pool *ppl_pool_create(int nthreads, int bind, const int *order,
+                                        const int *order_core, int norder) {
     ppl_pool *pool = (ppl_pool *)calloc(1, sizeof(ppl_pool));
+    size_t order_bytes = (size_t)(norder > 0 ? norder : 1) * sizeof(int);
     if (pool == NULL) return NULL;
     pool->nworkers = nthreads > 1 ? nthreads - 1 : 0;
     pool->bind = bind;
     pool->threads = (pthread_t *)calloc((size_t)(pool->nworkers + 1), sizeof(pthread_t));
     pool->cpu = (int *)calloc((size_t)(pool->nworkers + 1), sizeof(int));
-    if (pool->threads == NULL || pool->cpu == NULL) {
+    pool->order = (int *)malloc(order_bytes);
+    pool->order_core = (int *)malloc(order_bytes);
+    if (pool->threads == NULL || pool->cpu == NULL || pool->order == NULL ||
+        pool->order_core == NULL) {
         free(pool->threads);
         free(pool->cpu);
+        free(pool->order);
+        free(pool->order_core);
         free(pool);
         return NULL;
+    }
+    if (norder > 0) {
+        memcpy(pool->order, order, (size_t)norder * sizeof(int));
+        memcpy(pool->order_core, order_core, (size_t)norder * sizeof(int));
+        pool->norder = norder;
     }
     ppl_pool_start(pool);
     return pool;
@@ -354,7 +424,10 @@ static inline void ppl_pool_destroy(ppl_pool *pool) {
     }
     free(pool->threads);
     free(pool->cpu);
+    free(pool->order);
+    free(pool->order_core);
     free(pool->cpus);
+    free(pool->core_of);
     free(pool);
 }
 

@@ -14,12 +14,18 @@ from libc.stdlib cimport calloc, free, malloc
 import threading
 import time
 
+from pplpy.common.cpu_topology import bind_order
+
 
 cdef extern from "pplpy_pool.h" nogil:
     ctypedef struct ppl_pool:
         int nworkers
         int *cpu
-    ppl_pool *ppl_pool_create(int nthreads, int bind)
+    ppl_pool *ppl_pool_create(int nthreads, int bind, const int *order, const int *order_core,
+                              int norder)
+    int ppl_pool_move_target(const int *cpus, const int *core_of, int ncpus, const int *wcpu,
+                             int nworkers, int w, int here)
+    enum: CPU_SETSIZE
     void ppl_pool_destroy(ppl_pool *pool)
     int ppl_pool_run(ppl_pool *pool, uint64_t plan_id, const ppl_plan_step *steps,
                      Py_ssize_t n, int nthreads, volatile int *error)
@@ -94,20 +100,47 @@ cdef class ThreadPool:
     is busy with another runs on its caller's thread alone.
 
     ``bind``: each worker runs on one CPU of the process's CPU set (see ``pplpy_pool.h``
-    for why); not done when the team is larger than that set."""
+    for why); not done when the team is larger than that set.  The workers are bound along
+    ``order`` (CPUs), whose physical cores are ``cores`` (default: ``bind_order()`` in
+    ``pplpy.common.cpu_topology``, one CPU of every core before any core's second
+    hyper-thread)."""
 
     cdef ppl_pool *pool
     cdef readonly int num_threads
     cdef readonly bint bind
 
-    def __cinit__(self, int num_threads, bint bind=True):
+    def __cinit__(self, int num_threads, bint bind=True, order=None, cores=None):
+        cdef int *c_order = NULL
+        cdef int *c_cores = NULL
+        cdef Py_ssize_t i, n = 0
         self.num_threads = max(1, num_threads)
         self.bind = bind
         self.pool = NULL
-        if self.num_threads > 1:
-            self.pool = ppl_pool_create(self.num_threads, bind)
+        if self.num_threads == 1:
+            return
+        if bind:
+            if order is None:
+                order, cores = bind_order()
+            order = tuple(int(c) for c in order)
+            cores = tuple(int(c) for c in (order if cores is None else cores))
+            if len(cores) != len(order):
+                raise ValueError(f"{len(order)} CPUs in the bind order but {len(cores)} cores")
+            n = len(order)
+        try:
+            if n:
+                c_order = <int *>malloc(n * sizeof(int))
+                c_cores = <int *>malloc(n * sizeof(int))
+                if c_order == NULL or c_cores == NULL:
+                    raise MemoryError("cannot allocate a thread pool's CPU list")
+                for i in range(n):
+                    c_order[i] = order[i]
+                    c_cores[i] = cores[i]
+            self.pool = ppl_pool_create(self.num_threads, bind, c_order, c_cores, <int>n)
             if self.pool == NULL:
                 raise MemoryError("cannot allocate a thread pool")
+        finally:
+            free(c_order)
+            free(c_cores)
 
     def __dealloc__(self):
         with nogil:
@@ -130,6 +163,35 @@ cdef class ThreadPool:
 
     def __repr__(self):
         return f"<ThreadPool {self.num_threads} threads{'' if self.bind else ', unbound'}>"
+
+
+def move_target(cpus, cores, worker_cpus, int worker, int caller_cpu):
+    """Where the pool moves worker ``worker`` when the caller runs on ``caller_cpu``, given
+    the bind order ``cpus`` with their physical ``cores`` and each worker's CPU (None:
+    unbound): a CPU, or None to stay (``ppl_pool_move_target``; for tests of the choice on
+    topologies this machine does not have)."""
+    cdef int core_of[CPU_SETSIZE]
+    cdef int c_cpus[CPU_SETSIZE]
+    cdef int wcpu[CPU_SETSIZE]
+    cdef Py_ssize_t i
+    if len(cpus) != len(cores) or len(cpus) > CPU_SETSIZE or len(worker_cpus) > CPU_SETSIZE:
+        raise ValueError("cpus and cores must be lists of one length, at most CPU_SETSIZE")
+    if not 0 <= worker < len(worker_cpus):
+        raise ValueError(f"worker {worker} of {len(worker_cpus)}")
+    for i in range(CPU_SETSIZE):
+        core_of[i] = -1
+    for i, (c, k) in enumerate(zip(cpus, cores)):
+        if not 0 <= c < CPU_SETSIZE:
+            raise ValueError(f"CPU {c} is outside 0..{CPU_SETSIZE - 1}")
+        c_cpus[i] = c
+        core_of[c] = k
+    for i, c in enumerate(worker_cpus):
+        if c is not None and not 0 <= c < CPU_SETSIZE:
+            raise ValueError(f"CPU {c} is outside 0..{CPU_SETSIZE - 1}")
+        wcpu[i] = -1 if c is None else c
+    c = ppl_pool_move_target(c_cpus, core_of, <int>len(cpus), wcpu, <int>len(worker_cpus),
+                             worker, caller_cpu)
+    return None if c < 0 else c
 
 
 _shared_pools = {}

@@ -1,7 +1,8 @@
 """The thread pool plans run on (pplpy_pool.h): workers that join a run when they wake, a
 caller that never waits for one that has not started, two job slots used in turn, a busy
 pool that runs a nested plan on its caller's thread, workers started again after fork, and
-workers bound to CPUs (``bind_threads``)."""
+workers bound to CPUs (``bind_threads``) along an order that gives each thread a core of its
+own (``cpu_topology.bind_order``)."""
 
 import multiprocessing
 import os
@@ -16,7 +17,8 @@ from onnx import TensorProto, helper
 
 import pplpy
 from pplpy.engines.x86.impls._copy import make_copy_step, make_fill_step
-from pplpy.runtime.step import Plan, PythonStep, ThreadPool, shared_pool
+from pplpy.common.cpu_topology import bind_order, parse_cpu_list, physical_cores
+from pplpy.runtime.step import Plan, PythonStep, ThreadPool, move_target, shared_pool
 
 N = 1 << 20  # elements: far above the size where fill and copy steps become parallel
 
@@ -292,3 +294,111 @@ def test_a_worker_on_the_callers_cpu_moves_when_a_run_starts():
     assert moved != cpu and moved in ALLOWED
     workers = [t for t, s in _task_cpus().items() if s == {moved}]
     assert workers  # the kernel agrees with what the pool reports
+
+
+# -- the bind order: one CPU of every core first ------------------------------------------------
+
+
+def test_a_bind_order_whose_cpus_the_process_cannot_use_leaves_the_workers_free():
+    # CPUs outside the process's set are dropped from the order; too few left: nothing bound.
+    pool = ThreadPool(2, order=(5000, 5001), cores=(0, 1))
+    assert pool.worker_cpus == (None,)
+    src, dst = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    fill_and_copy(pool, src, dst, 2.0, 2).run()
+    assert (dst == 2.0).all()
+    with pytest.raises(ValueError, match="2 CPUs in the bind order but 1 cores"):
+        ThreadPool(2, order=(0, 1), cores=(0,))
+
+
+def test_workers_are_bound_along_the_order_given():
+    if len(ALLOWED) < 2:
+        assert ThreadPool(2, order=ALLOWED, cores=ALLOWED).worker_cpus == (None,)
+        return
+    # with 5000 (not in the set) dropped, the order is the two allowed CPUs
+    order = (ALLOWED[1], 5000, ALLOWED[0])
+    pools = [ThreadPool(2, order=order, cores=(0, 1, 2)) for _ in range(2)]
+    # successive pools rotate along the order: between them both CPUs are taken
+    assert {p.worker_cpus[0] for p in pools} == {ALLOWED[0], ALLOWED[1]}
+
+
+def test_a_worker_on_a_hyper_thread_of_the_callers_core_moves_only_to_a_free_core():
+    # This machine's two CPUs are declared siblings of one core.  The worker on the caller's
+    # sibling has no free core to go to and stays; on the caller's own CPU it moves.
+    if len(ALLOWED) < 2:  # a one-CPU set: nothing is bound, nothing can move
+        assert ThreadPool(2, order=ALLOWED, cores=(0,)).worker_cpus == (None,)
+        return
+    a, b = ALLOWED[:2]
+    pool = ThreadPool(2, order=(a, b), cores=(0, 0))
+    (cpu,) = pool.worker_cpus
+    other = a if cpu == b else b
+    src, dst = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {other})  # the caller on the worker's sibling
+        fill_and_copy(pool, src, dst, 4.0, 2).run()
+        assert pool.worker_cpus == (cpu,)
+        os.sched_setaffinity(0, {cpu})  # the caller on the worker's CPU
+        fill_and_copy(pool, src, dst, 5.0, 2).run()
+        assert pool.worker_cpus == (other,)
+    finally:
+        os.sched_setaffinity(0, mask)
+    assert (dst == 5.0).all()
+
+
+ADJACENT = lambda c: frozenset({c - c % 2, c - c % 2 + 1})  # noqa: E731  0,1 share a core
+HALVES = lambda c: frozenset({c % 8, c % 8 + 8})  # noqa: E731  0,8 share a core (16 CPUs)
+ALONE = lambda c: frozenset({c})  # noqa: E731
+
+
+@pytest.mark.parametrize("siblings", [ADJACENT, HALVES, ALONE], ids=["adjacent", "halves", "alone"])
+def test_the_bind_order_gives_a_team_no_larger_than_the_cores_one_core_per_thread(siblings):
+    order, cores = bind_order(range(16), siblings)
+    assert sorted(order) == list(range(16)) and len(cores) == 16
+    ncores = len(set(cores))
+    assert ncores == (16 if siblings is ALONE else 8)
+    assert len(set(cores[:ncores])) == ncores  # the first `ncores` CPUs: one per core
+    for cpu, core in zip(order, cores):  # siblings and only siblings share a number
+        assert {c for c, k in zip(order, cores) if k == core} == siblings(cpu)
+    if siblings is ADJACENT:
+        assert order[:8] == (0, 2, 4, 6, 8, 10, 12, 14)
+
+
+def test_the_bind_order_keeps_only_the_cpus_given():
+    # A process confined to CPUs 1, 2, 3, 5, 6 of a machine whose siblings are adjacent:
+    # cores {1}, {2, 3}, {5}, {6}; 3 is the only second thread and comes last.
+    assert bind_order([6, 1, 3, 2, 5], ADJACENT) == ((1, 2, 5, 6, 3), (0, 1, 2, 3, 1))
+    assert bind_order([], ADJACENT) == ((), ())
+
+
+def test_parse_cpu_list_reads_sysfs_lists():
+    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpu_list("5") == [5]
+
+
+def test_physical_cores_are_the_cores_sysfs_names():
+    # Oracle: the (package, core id) pairs sysfs gives the process's CPUs.
+    pairs = set()
+    for cpu in ALLOWED:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{base}/physical_package_id") as f, open(f"{base}/core_id") as g:
+                pairs.add((f.read().strip(), g.read().strip()))
+        except OSError:
+            pairs.add(("cpu", cpu))
+    assert physical_cores() == len(pairs)
+    order, cores = bind_order()
+    assert sorted(order) == ALLOWED and len(set(cores)) == len(pairs)
+
+
+@pytest.mark.parametrize("case", [
+    # (order, cores, worker CPUs, moving worker, caller CPU, where it goes)
+    ((0, 2, 1, 3), (0, 1, 0, 1), (1,), 0, 0, 2),           # caller's sibling -> a free core
+    ((0, 2, 4, 1, 3, 5), (0, 1, 2, 0, 1, 2), (1, 2), 0, 0, 4),  # core 1 is another worker's
+    ((0, 1), (0, 0), (1,), 0, 0, None),                    # no free core: a sibling stays
+    ((0, 1), (0, 0), (0,), 0, 0, 1),                       # the caller's own CPU: any free CPU
+    ((0, 1, 2), (0, 1, 2), (0, 1), 0, 0, 2),               # no SMT: as before, a free CPU
+    ((0, 1), (0, 1), (0, 1), 0, 0, None),                  # nowhere free: it stays
+], ids=["sibling", "skip-busy-core", "no-free-core", "same-cpu", "no-smt", "full"])
+def test_where_a_worker_beside_the_caller_moves(case):
+    cpus, cores, workers, w, caller, expected = case
+    assert move_target(cpus, cores, workers, w, caller) == expected

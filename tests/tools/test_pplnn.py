@@ -74,7 +74,7 @@ def test_summary_of_a_run(capsys, small_model):
     assert (status, err) == (0, "")
     assert f"model: {small_model}" in out
     assert f"isa: {supported_isas()[0]}" in out
-    from pplpy.common.cpu_count import physical_cores
+    from pplpy.common.cpu_topology import physical_cores
 
     # default team: the physical cores, its workers bound to CPUs where the CPU set holds it
     n = physical_cores()

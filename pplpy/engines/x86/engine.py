@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pplpy.common.cpu_count import physical_cores
+from pplpy.common.cpu_topology import physical_cores
 from pplpy.common.data_type import DataType
 from pplpy.common.isa import best_isa
 from pplpy.common.tensor_shape import TensorShape
