@@ -43,6 +43,7 @@ from pplpy.optimizer.passes.expand_to_broadcast import ExpandToBroadcast
 from pplpy.optimizer.passes.fold_into_conv import FoldIntoBatchNorm, FoldIntoConv, FoldIntoGemm
 from pplpy.optimizer.passes.fuse_eltwise_chains import FuseEltwiseChains
 from pplpy.optimizer.passes.fuse_matmul_bias import FuseMatMulBias
+from pplpy.optimizer.passes.gather_rows_early import GatherRowsEarly
 from pplpy.optimizer.passes.pack_qkv import PackQKV
 from pplpy.optimizer.passes.recognize_add_layer_norm import RecognizeAddLayerNorm
 from pplpy.optimizer.passes.recognize_attention import RecognizeAttention
@@ -82,6 +83,7 @@ PASSES = {
         RecognizeAddLayerNorm,
         RecognizeAttention,
         FuseMatMulBias,
+        GatherRowsEarly,
         PackQKV,
         FuseEltwiseChains,
     )
@@ -169,6 +171,10 @@ DEFAULT_PIPELINE = (
     # The 3-D projections fold_into_gemm leaves as MatMul + Add: one node, so the engine can
     # fuse the activation after them.
     P("fuse_matmul_bias", dce_after=True, modes=("fusion",)),
+    # A Gather of a few rows (a classifier's class token) moved above the row-wise ops that
+    # compute them, so the last layer computes those rows only; before pack_qkv, so that
+    # layer's queries are projected apart from its keys and values.
+    P("gather_rows_early", "fixed_point", dce_after=True),
     # Self-attention's Q, K, V from one packed tensor: the Split after GPT-2's one
     # projection goes, BERT's and ViT's three projections become one GEMM.
     P("pack_qkv", dce_after=True, modes=("fusion",)),
