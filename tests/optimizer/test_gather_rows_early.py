@@ -106,6 +106,20 @@ def test_rows_move_above_a_residual_mlp(isa, indices):
             assert rt.graph.values[node.outputs[0]].dims[1] == rows
 
 
+def test_rows_move_in_an_unfused_build_too():
+    # Moving rows merges no layers: fusion=False (pplnn --disable-fusion) keeps the pass,
+    # through the ops that build has (MatMul and Add apart, no MatMulBias).
+    g = G()
+    model = g.model(mlp(g, "x"), 0)
+    feeds = feeds_for(model)
+    rt = pplpy.load(model.SerializeToString(), fusion=False)
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_allclose(rt.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+    log = dict(next(r for r in rt.result.pass_log if r.pass_id == "gather_rows_early").details)
+    assert log["rows gathered before MatMul"] == 2 and log["rows gathered before Gelu"] == 1
+    assert "rows gathered before MatMulBias" not in log
+
+
 def test_broadcast_operands_stay_and_full_ones_are_gathered(isa):
     # Add of a constant with the axis (folded to its rows), Mul of one without it, Sub of an
     # input broadcast along it (size 1), Where with a condition that has it (gathered).
