@@ -29,6 +29,7 @@ def parse_cpu_list(text):
     return cpus
 
 
+@functools.lru_cache(maxsize=None)
 def sysfs_siblings(cpu):
     """The CPUs sharing ``cpu``'s core (itself included), from sysfs; ``{cpu}`` if unknown."""
     try:

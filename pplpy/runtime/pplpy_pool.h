@@ -54,6 +54,10 @@
 #include <sys/syscall.h>
 #endif
 
+#ifndef CPU_SETSIZE /* no per-thread affinity (PPL_CAN_BIND below): only the pure helpers */
+#define CPU_SETSIZE 1024
+#endif
+
 #define PPL_WAIT_SPIN_NS 1000000LL /* in a run: longer than most steps and serial units */
 #define PPL_IDLE_SPIN_NS 1000000LL /* between runs: a service calling back to back stays hot */
 /* Bounds on one sleep (a wake ends it sooner; the bound only guards against a lost wake) */
@@ -258,14 +262,17 @@ static inline void ppl_pool_bind(ppl_pool *pool) {
     {
         int cpus[CPU_SETSIZE]; /* 4 KB: pools may be made on several threads at once */
         int cores[CPU_SETSIZE];
-        cpu_set_t allowed, one;
+        cpu_set_t allowed, one, taken;
         int count = 0, c, k;
         unsigned base;
         if (!pool->bind || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
         if (pool->norder > 0) {
+            CPU_ZERO(&taken); /* a CPU the order names twice is taken once */
             for (k = 0; k < pool->norder; k++) {
                 c = pool->order[k];
-                if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed)) continue;
+                if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed) || CPU_ISSET(c, &taken))
+                    continue;
+                CPU_SET(c, &taken);
                 cpus[count] = c;
                 cores[count++] = pool->order_core[k];
             }

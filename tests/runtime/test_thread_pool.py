@@ -402,3 +402,9 @@ def test_physical_cores_are_the_cores_sysfs_names():
 def test_where_a_worker_beside_the_caller_moves(case):
     cpus, cores, workers, w, caller, expected = case
     assert move_target(cpus, cores, workers, w, caller) == expected
+
+
+def test_a_bind_order_naming_a_cpu_twice_binds_it_once():
+    # 3000 entries of the same CPU (more than CPU_SETSIZE): one CPU, too few for a team of 2.
+    pool = ThreadPool(2, order=(ALLOWED[0],) * 3000, cores=(0,) * 3000)
+    assert pool.worker_cpus == (None,)
