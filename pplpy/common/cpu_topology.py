@@ -29,7 +29,7 @@ def parse_cpu_list(text):
     return cpus
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sysfs_siblings(cpu):
     """The CPUs sharing ``cpu``'s core (itself included), from sysfs; ``{cpu}`` if unknown."""
     try:

@@ -12,11 +12,11 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import graph_builders as gb
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import pplpy
-from models import graph_builders as gb
 from pplpy.errors import PplError
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
 
@@ -104,6 +104,14 @@ def test_rows_move_above_a_residual_mlp(isa, indices):
     for node in rt.graph.nodes:  # every GEMM computes the kept rows only
         if node.op_type == "MatMulBias":
             assert rt.graph.values[node.outputs[0]].dims[1] == rows
+
+
+def test_rows_move_above_an_rms_norm(isa):
+    g = G()
+    h = g.op("RMSNormalization", "x", g.c(RNG.standard_normal(HID)), axis=-1)
+    _, log = check(g.model(g.op("Mul", h, g.c(RNG.standard_normal((1, S, HID)))), [-2, 0]),
+                   isa)
+    assert log == {"rows gathered before Mul": 1, "rows gathered before RMSNormalization": 1}
 
 
 def test_rows_move_in_an_unfused_build_too():

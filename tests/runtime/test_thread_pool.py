@@ -11,13 +11,12 @@ import threading
 import warnings
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
 import pplpy
-from pplpy.engines.x86.impls._copy import make_copy_step, make_fill_step
 from pplpy.common.cpu_topology import bind_order, parse_cpu_list, physical_cores
+from pplpy.engines.x86.impls._copy import make_copy_step, make_fill_step
 from pplpy.runtime.step import Plan, PythonStep, ThreadPool, move_target, shared_pool
 
 N = 1 << 20  # elements: far above the size where fill and copy steps become parallel
@@ -345,29 +344,37 @@ def test_a_worker_on_a_hyper_thread_of_the_callers_core_moves_only_to_a_free_cor
     assert (dst == 5.0).all()
 
 
-ADJACENT = lambda c: frozenset({c - c % 2, c - c % 2 + 1})  # noqa: E731  0,1 share a core
-HALVES = lambda c: frozenset({c % 8, c % 8 + 8})  # noqa: E731  0,8 share a core (16 CPUs)
-ALONE = lambda c: frozenset({c})  # noqa: E731
+def adjacent(c):  # 0 and 1 share a core
+    return frozenset({c - c % 2, c - c % 2 + 1})
 
 
-@pytest.mark.parametrize("siblings", [ADJACENT, HALVES, ALONE], ids=["adjacent", "halves", "alone"])
+def halves(c):  # 0 and 8 share a core (16 CPUs)
+    return frozenset({c % 8, c % 8 + 8})
+
+
+def alone(c):  # every CPU a core of its own
+    return frozenset({c})
+
+
+
+@pytest.mark.parametrize("siblings", [adjacent, halves, alone], ids=["adjacent", "halves", "alone"])
 def test_the_bind_order_gives_a_team_no_larger_than_the_cores_one_core_per_thread(siblings):
     order, cores = bind_order(range(16), siblings)
     assert sorted(order) == list(range(16)) and len(cores) == 16
     ncores = len(set(cores))
-    assert ncores == (16 if siblings is ALONE else 8)
+    assert ncores == (16 if siblings is alone else 8)
     assert len(set(cores[:ncores])) == ncores  # the first `ncores` CPUs: one per core
     for cpu, core in zip(order, cores):  # siblings and only siblings share a number
         assert {c for c, k in zip(order, cores) if k == core} == siblings(cpu)
-    if siblings is ADJACENT:
+    if siblings is adjacent:
         assert order[:8] == (0, 2, 4, 6, 8, 10, 12, 14)
 
 
 def test_the_bind_order_keeps_only_the_cpus_given():
     # A process confined to CPUs 1, 2, 3, 5, 6 of a machine whose siblings are adjacent:
     # cores {1}, {2, 3}, {5}, {6}; 3 is the only second thread and comes last.
-    assert bind_order([6, 1, 3, 2, 5], ADJACENT) == ((1, 2, 5, 6, 3), (0, 1, 2, 3, 1))
-    assert bind_order([], ADJACENT) == ((), ())
+    assert bind_order([6, 1, 3, 2, 5], adjacent) == ((1, 2, 5, 6, 3), (0, 1, 2, 3, 1))
+    assert bind_order([], adjacent) == ((), ())
 
 
 def test_parse_cpu_list_reads_sysfs_lists():

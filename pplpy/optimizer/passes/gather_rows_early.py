@@ -27,7 +27,8 @@ over fewer rows.  A step is taken only when
     unary element-wise (Relu, Gelu, Erf, Tanh, ... )   the input
     Add, Sub, Mul, Div, Pow, Max, Min, Where            each operand with the axis
     MatMul with a 2-D B, pplpy::MatMulBias              A (the axis is one of its rows')
-    LayerNormalization (axis before its own)            X (its Mean/InvStdDev unread)
+    LayerNormalization, RMSNormalization (axis before   X (LayerNorm's Mean/InvStdDev
+      the normalised ones)                              unread)
     pplpy::AddLayerNormalization                        both addends
     Attention, 3-D, on the query axis                   Q and the mask's query axis; not
                                                         causal, no window, cache or length
@@ -39,9 +40,9 @@ their own projection of the kept row, its keys and values from theirs.
 
 import numpy as np
 
+from pplpy.ir.graph import Node
 from pplpy.optimizer.pass_base import RewriteRule
 from pplpy.optimizer.passes.pattern_rule import dims_of
-from pplpy.ir.graph import Node
 from pplpy.params.onnx import GatherParam
 
 GATHER_OPSET = 13
@@ -51,7 +52,9 @@ UNARY = frozenset({
     "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "Erf", "Tanh", "Sigmoid",
     "HardSigmoid", "HardSwish", "Swish", "Softplus", "Softsign", "Mish", "Abs", "Neg", "Exp",
     "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Identity", "Clip"})  # Clip's bounds: scalars
-BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where"})
+BROADCASTING = frozenset({("", op) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min",
+                                               "Where")} | {("pplpy", "AddLayerNormalization")})
+NORMS = frozenset({("", "LayerNormalization"), ("", "RMSNormalization")})
 
 
 def _dims(graph, name):
@@ -84,7 +87,7 @@ def _gathered_operands(graph, node, axis):
     kind = (node.domain, node.op_type)
     if node.domain == "" and node.op_type in UNARY:
         return {0: axis} if _dims(graph, inputs[0]) == out else None
-    if kind in {("", op) for op in BINARY} or kind == ("pplpy", "AddLayerNormalization"):
+    if kind in BROADCASTING:
         operands = range(len(inputs)) if node.op_type != "AddLayerNormalization" else (0, 1)
         plan = {}
         for i in operands:
@@ -99,7 +102,7 @@ def _gathered_operands(graph, node, axis):
         if a is None or b is None or len(b) != 2 or len(a) != r or a[axis] != n:
             return None
         return {0: axis}
-    if kind == ("", "LayerNormalization"):
+    if kind in NORMS:
         first = node.param.axis % r
         if axis >= first or any(name and graph.uses(name) for name in node.outputs[1:]):
             return None
