@@ -182,10 +182,11 @@ class ExecutionPlan:
         for name, array in feeds.items():
             np.copyto(self.input_views[name], array)
         if profiler is not None and profiler.enabled:
-            for node, step, seconds in zip(self.step_nodes, self.plan.steps,
-                                           self.plan.run_profiled()):
+            for node, step, (seconds, shares) in zip(self.step_nodes, self.plan.steps,
+                                                     self.plan.run_profiled()):
                 # a serial step runs on one thread: one item for the team
-                profiler.record(node, seconds, step.work_items if step.parallel else 1)
+                profiler.record(node, seconds, step.work_items if step.parallel else 1,
+                                shares)
             profiler.runs += 1
         else:
             self.plan.run()

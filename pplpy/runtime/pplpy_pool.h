@@ -158,7 +158,26 @@ typedef struct {
     uint64_t plan_id; /* the plan whose steps are in `steps` (0: none) */
     int nthreads;
     int error; /* set by the caller after a failed serial unit; every thread stops there */
+    long long *trace; /* NULL, or where each share of each parallel step is recorded
+                         (ppl_trace_share; the profiler's, Plan.run_profiled) */
 } ppl_job_slot;
+
+/* What a traced run records per share k of parallel step s, at (s * nthreads + k) *
+ * PPL_TRACE_FIELDS: when the share started and ended (CLOCK_MONOTONIC ns), the CPU it ran
+ * on and the thread (Linux tid) that ran it.  A share a thread runs for another that came
+ * late starts late: the profiler tells idle workers from uneven shares by these. */
+#define PPL_TRACE_FIELDS 4
+
+static inline void ppl_trace_share(long long *at, long long start) {
+    at[0] = start;
+    at[1] = ppl_now_ns();
+#ifdef __linux__
+    at[2] = sched_getcpu();
+    at[3] = (long long)syscall(SYS_gettid);
+#else
+    at[2] = at[3] = -1;
+#endif
+}
 
 typedef struct {
     int generation; /* futex word: bumped when a run is published */
@@ -190,7 +209,13 @@ static inline void ppl_slot_run(ppl_job_slot *slot, int tid, volatile int *calle
         ppl_step_sync *sy = &slot->sync[s];
         if (steps[s].parallel) {
             while ((k = __atomic_fetch_add(&sy->claimed, 1, __ATOMIC_RELAXED)) < nt) {
-                steps[s].fn(steps[s].args, k, nt);
+                if (slot->trace != NULL) {
+                    const long long start = ppl_now_ns();
+                    steps[s].fn(steps[s].args, k, nt);
+                    ppl_trace_share(slot->trace + ((size_t)s * nt + k) * PPL_TRACE_FIELDS, start);
+                } else {
+                    steps[s].fn(steps[s].args, k, nt);
+                }
                 ppl_done(sy);
             }
             ppl_wait_done(sy, nt);
@@ -444,11 +469,30 @@ static inline int ppl_run_here(const ppl_plan_step *steps, ptrdiff_t n, volatile
     return *error;
 }
 
+/* Wake workers asleep after an idle spell, ahead of a run: from a futex sleep a worker took
+ * about 100 us to start (`pplnn --enable-profiling` at 2 threads: the first step of each run
+ * began its second share that late, so the caller ran both), which the caller spends
+ * checking and copying its inputs instead.  A new generation with no run in it: each worker
+ * wakes, finds no open slot and spins for PPL_IDLE_SPIN_NS, where the run then finds it.
+ * Only while nothing runs on the pool (its lock; a run in progress keeps its generation) and
+ * only when some worker sleeps.  Returns 1 when it woke them. */
+static inline int ppl_pool_prewake(ppl_pool *pool) {
+    if (pool == NULL || pool->nworkers == 0 || pool->pid != getpid()) return 0;
+    if (!__atomic_load_n(&pool->idle_sleepers, __ATOMIC_SEQ_CST)) return 0;
+    if (pthread_mutex_trylock(&pool->run_lock) != 0) return 0;
+    __atomic_fetch_add(&pool->generation, 1, __ATOMIC_SEQ_CST);
+    ppl_wake_all(&pool->generation);
+    pthread_mutex_unlock(&pool->run_lock);
+    return 1;
+}
+
 /* Run steps [0, n) of plan `plan_id` (a number no other plan has; 0: copy the steps again)
  * on the pool with nthreads shares per parallel step; returns *error (0: every step
- * succeeded). */
+ * succeeded).  trace: NULL, or n * nthreads * PPL_TRACE_FIELDS values where each share run
+ * on the pool is recorded (ppl_trace_share; left as they are for a run on the caller alone). */
 static inline int ppl_pool_run(ppl_pool *pool, uint64_t plan_id, const ppl_plan_step *steps,
-                               ptrdiff_t n, int nthreads, volatile int *error) {
+                               ptrdiff_t n, int nthreads, volatile int *error,
+                               long long *trace) {
     ppl_job_slot *slot;
     uint32_t g;
     int any_parallel = 0;
@@ -489,6 +533,7 @@ static inline int ppl_pool_run(ppl_pool *pool, uint64_t plan_id, const ppl_plan_
     slot->n = n;
     slot->nthreads = nthreads;
     slot->error = 0;
+    slot->trace = trace;
     __atomic_store_n(&slot->state, ((uint64_t)g << 32) | PPL_SLOT_OPEN, __ATOMIC_RELEASE);
     __atomic_store_n(&pool->generation, (int)g, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool->idle_sleepers, __ATOMIC_SEQ_CST)) ppl_wake_all(&pool->generation);

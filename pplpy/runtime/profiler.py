@@ -9,6 +9,12 @@ A trace holds one complete event ("ph": "X") per step per run: name = op type, a
 name, input and output shapes with their formats, the kernel's class and algorithm, and the
 work items the step is cut into for the thread team (``node_items`` keeps them per node).
 Events of a run are laid end to end from the run's start (the plan runs its steps in order).
+
+With a thread team, each parallel step's shares (each thread's part of its work) are events
+too, one lane per thread that ran them (tid: the Linux thread id; args: the CPU), and
+``per_node_threads()`` says per node how late the last share started after the step began
+and how much longer the longest share took than the mean: a step whose workers joined late
+(woken from sleep, or on a busy CPU) shows the first, one cut into uneven parts the second.
 """
 
 import json
@@ -29,6 +35,8 @@ class Profiler:
         self.node_times = defaultdict(float)  # node name -> seconds over all runs
         self.node_types = {}
         self.node_items = {}  # node name -> work items of its largest step (0: not reported)
+        # node name -> [steps, sum of last share's start (s), sum of longest / mean share]
+        self.node_shares = defaultdict(lambda: [0, 0.0, 0.0])
         self.trace_events = []
         self._origin = clock()
         self._cursor = None  # microseconds since origin where the next step starts
@@ -39,6 +47,7 @@ class Profiler:
         self.runs = 0
         self.node_times.clear()
         self.node_items.clear()
+        self.node_shares.clear()
         self.trace_events.clear()
         self._cursor = None
 
@@ -49,10 +58,12 @@ class Profiler:
         self._kernels = kernels or {}
         self._cursor = (clock() - self._origin) * 1e6
 
-    def record(self, node, seconds, work_items=0):
+    def record(self, node, seconds, work_items=0, shares=None):
         """One step of ``node`` took ``seconds``; ``work_items``: the independent items the
         step is cut into for the thread team (fewer than the threads leave some idle; 1 for
-        a serial step, 0 where the kernel does not say)."""
+        a serial step, 0 where the kernel does not say); ``shares``: None, or the step's
+        shares as the team ran them (``pplpy.runtime.step.Share``: start after the step
+        began, seconds, CPU, thread)."""
         self.node_times[node.name] += seconds
         self.node_types[node.name] = node.op_type
         self.node_items[node.name] = max(self.node_items.get(node.name, 0), work_items)
@@ -70,7 +81,31 @@ class Profiler:
                 "tid": 0,
                 "args": self._args(node, work_items),
             })
+        if shares:
+            self._record_shares(node, shares)
         self._cursor += duration
+
+    def _record_shares(self, node, shares):
+        stats = self.node_shares[node.name]
+        mean = sum(s.seconds for s in shares) / len(shares)
+        stats[0] += 1
+        stats[1] += max(s.start for s in shares)
+        stats[2] += max(s.seconds for s in shares) / mean if mean > 0 else 1.0
+        for k, share in enumerate(shares):
+            if len(self.trace_events) >= MAX_TRACE_EVENTS:
+                break
+            self.trace_events.append({
+                "name": node.op_type, "cat": "share", "ph": "X",
+                "ts": round(self._cursor + share.start * 1e6, 3),
+                "dur": round(share.seconds * 1e6, 3), "pid": os.getpid(), "tid": share.thread,
+                "args": {"node": node.name, "share": k, "cpu": share.cpu},
+            })
+
+    def per_node_threads(self):
+        """{node: (mean us from the step's start to its last share's, mean of longest share
+        / mean share)} for the nodes whose steps ran on the thread team."""
+        return {name: (late * 1e6 / n, spread / n)
+                for name, (n, late, spread) in self.node_shares.items() if n}
 
     def _args(self, node, work_items=0):
         args = {"node": node.name, "op_type": node.op_type}

@@ -143,6 +143,8 @@ class Runtime:
         """Run the model.  ``feeds`` maps input name -> numpy array; returns name -> array
         (only ``output_names``, in that order, when given).  Initializers the model also
         lists as inputs may be fed too, overriding their values."""
+        if self._pool is not None:
+            self._pool.prewake()  # workers asleep since the last run wake while we check feeds
         if isinstance(feeds, Mapping) and any(name in self._overridable for name in feeds):
             return self._run_overriding(feeds, output_names)
         arrays = self._check_feeds(feeds)

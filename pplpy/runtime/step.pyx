@@ -13,8 +13,14 @@ from libc.stdlib cimport calloc, free, malloc
 
 import threading
 import time
+from collections import namedtuple
 
 from pplpy.common.cpu_topology import bind_order
+
+
+# One share of a parallel step's work in a profiled run (Plan.run_profiled): ``start`` after
+# the step began and ``seconds`` it took, the ``cpu`` and Linux ``thread`` id that ran it.
+Share = namedtuple("Share", "start seconds cpu thread")
 
 
 cdef extern from "pplpy_pool.h" nogil:
@@ -27,8 +33,11 @@ cdef extern from "pplpy_pool.h" nogil:
                              int nworkers, int w, int here)
     enum: CPU_SETSIZE
     void ppl_pool_destroy(ppl_pool *pool)
+    int ppl_pool_prewake(ppl_pool *pool)
     int ppl_pool_run(ppl_pool *pool, uint64_t plan_id, const ppl_plan_step *steps,
-                     Py_ssize_t n, int nthreads, volatile int *error)
+                     Py_ssize_t n, int nthreads, volatile int *error, long long *trace)
+    long long ppl_now_ns()
+    enum: PPL_TRACE_FIELDS
 
 
 cdef class Step:
@@ -153,6 +162,15 @@ cdef class ThreadPool:
         some, in which case plans still run, on fewer threads)."""
         return self.pool.nworkers if self.pool != NULL else 0
 
+    def prewake(self):
+        """Wake workers that sleep after an idle spell, so that they are up when the run
+        that follows starts (``ppl_pool_prewake``); nothing when they are awake or a plan
+        runs on the pool.  Returns whether it woke them."""
+        cdef int woke
+        with nogil:
+            woke = ppl_pool_prewake(self.pool)
+        return bool(woke)
+
     @property
     def worker_cpus(self):
         """The CPU each worker is bound to (None: unbound), in worker order."""
@@ -260,7 +278,7 @@ cdef class Plan:
         cdef ppl_pool *pool = self._c_pool()
         with nogil:
             rc = ppl_pool_run(pool, self.plan_id, self.c_steps, self.n,
-                              self.num_threads, &self.error)
+                              self.num_threads, &self.error, NULL)
         if rc:
             self._raise()
 
@@ -268,21 +286,43 @@ cdef class Plan:
         return self.pool.pool if self.pool is not None else NULL
 
     def run_profiled(self):
-        """Run the steps one at a time, each on the whole team, and return each one's seconds
-        (for the profiler: a barrier after every step, so times do not overlap)."""
+        """Run the steps one at a time, each on the whole team (a barrier after every step,
+        so times do not overlap), and return per step ``(seconds, shares)``: ``shares`` is
+        None for a step run on the caller alone, else one ``Share`` per share of the step's
+        work (when it started after the step did and how long it took, in seconds, and the
+        CPU and thread that ran it)."""
         cdef int rc
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, k
+        cdef int nt = self.num_threads
         cdef ppl_pool *pool = self._c_pool()
-        times = []
-        for i in range(self.n):
-            start = time.perf_counter()
-            with nogil:
-                # plan id 0: the pool copies the one step each time
-                rc = ppl_pool_run(pool, 0, &self.c_steps[i], 1, self.num_threads, &self.error)
-            times.append(time.perf_counter() - start)
-            if rc:
-                self._raise()
-        return times
+        cdef long long t0, t1
+        cdef long long *trace = <long long *>malloc(nt * PPL_TRACE_FIELDS * sizeof(long long))
+        if trace == NULL:
+            raise MemoryError("cannot allocate a profiled run's share records")
+        results = []
+        try:
+            for i in range(self.n):
+                for k in range(nt * PPL_TRACE_FIELDS):
+                    trace[k] = -1
+                with nogil:
+                    t0 = ppl_now_ns()
+                    # plan id 0: the pool copies the one step each time
+                    rc = ppl_pool_run(pool, 0, &self.c_steps[i], 1, nt, &self.error, trace)
+                    t1 = ppl_now_ns()
+                if rc:
+                    self._raise()
+                shares = None
+                if trace[0] >= 0:
+                    shares = tuple(
+                        Share((trace[k * PPL_TRACE_FIELDS] - t0) * 1e-9,
+                              (trace[k * PPL_TRACE_FIELDS + 1]
+                               - trace[k * PPL_TRACE_FIELDS]) * 1e-9,
+                              trace[k * PPL_TRACE_FIELDS + 2], trace[k * PPL_TRACE_FIELDS + 3])
+                        for k in range(nt))
+                results.append(((t1 - t0) * 1e-9, shares))
+        finally:
+            free(trace)
+        return results
 
     def _raise(self):
         for step in self.steps:

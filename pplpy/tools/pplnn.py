@@ -462,12 +462,24 @@ def format_profile(profiler):
     per_node = profiler.per_node()
     total = sum(ms for _, _, ms in per_node) or 1.0
     items = profiler.node_items
+    team = profiler.per_node_threads()
+    header = ["node", "op type", "ms", "%", "items"] + (["late us", "max/mean"] if team else [])
+
+    def row(n, t, ms):
+        cells = [n, t, f"{ms:.4f}", f"{100 * ms / total:.1f}", str(items.get(n) or "")]
+        if team:
+            late, spread = team.get(n, (None, None))
+            cells += ["", ""] if late is None else [f"{late:.1f}", f"{spread:.2f}"]
+        return cells
+
     lines = [f"profile per node (mean over {runs} run(s)):"]
-    lines += _table(["node", "op type", "ms", "%", "items"],
-                    [(n, t, f"{ms:.4f}", f"{100 * ms / total:.1f}", str(items.get(n) or ""))
-                     for n, t, ms in per_node], 3)
+    lines += _table(header, [row(n, t, ms) for n, t, ms in per_node], 3)
     lines.append("  items: the work items a node's step is cut into for the thread team "
                  "(fewer than the threads leave some idle; 1: a serial step)")
+    if team:
+        lines.append("  late us: from the step's start to the start of its last share of the "
+                     "work (a thread that joined late); max/mean: its longest share against "
+                     "the mean (uneven parts)")
     lines.append(f"profile per op type (mean over {runs} run(s)):")
     lines += _table(
         ["op type", "nodes", "ms", "%"],

@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import random
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -415,3 +416,55 @@ def test_a_bind_order_naming_a_cpu_twice_binds_it_once():
     # 3000 entries of the same CPU (more than CPU_SETSIZE): one CPU, too few for a team of 2.
     pool = ThreadPool(2, order=(ALLOWED[0],) * 3000, cores=(0,) * 3000)
     assert pool.worker_cpus == (None,)
+
+
+# -- profiled runs and waking the team ahead of a run -------------------------------------------
+
+
+def test_a_profiled_run_times_each_share_of_each_step():
+    pool = ThreadPool(2)
+    src, dst = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    plan = fill_and_copy(pool, src, dst, 6.0, 2)
+    results = plan.run_profiled()
+    assert (dst == 6.0).all() and len(results) == 2
+    for seconds, shares in results:
+        assert len(shares) == 2 and {type(s).__name__ for s in shares} == {"Share"}
+        for share in shares:
+            assert 0 <= share.start <= seconds and 0 <= share.seconds <= seconds
+            assert share.thread > 0 and (share.cpu in ALLOWED or share.cpu == -1)
+    # one thread: every step runs on the caller, nothing to say about a team
+    one = fill_and_copy(None, src, dst, 7.0, 1).run_profiled()
+    assert [shares for _, shares in one] == [None, None] and (dst == 7.0).all()
+
+
+def _thread_state(tid):
+    """(state letter, voluntary context switches) of a thread of this process."""
+    with open(f"/proc/{os.getpid()}/task/{tid}/stat") as f:
+        state = f.read().rsplit(")", 1)[1].split()[0]
+    with open(f"/proc/{os.getpid()}/task/{tid}/status") as f:
+        switches = next(int(line.split()[1]) for line in f
+                        if line.startswith("voluntary_ctxt_switches"))
+    return state, switches
+
+
+def test_prewake_wakes_a_sleeping_team_and_runs_stay_right():
+    pool, workers = _new_workers(lambda: ThreadPool(2))
+    (tid,) = workers
+    src, dst = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    fill_and_copy(pool, src, dst, 1.0, 2).run()
+    # after a millisecond's spin the worker sleeps on a futex ('S')
+    deadline = time.monotonic() + 5
+    while _thread_state(tid)[0] != "S":
+        assert time.monotonic() < deadline, "the idle worker never went to sleep"
+        time.sleep(0.01)
+    _, before = _thread_state(tid)
+    assert pool.prewake()
+    deadline = time.monotonic() + 5
+    while _thread_state(tid)[1] == before:  # woken: it sleeps again only after its spin
+        assert time.monotonic() < deadline, "prewake did not wake the worker"
+        time.sleep(0.001)
+    for value in (2.0, 3.0):  # runs after a prewake use the slots as before
+        pool.prewake()
+        fill_and_copy(pool, src, dst, value, 2).run()
+        assert (dst == value).all()
+    assert not ThreadPool(1).prewake()  # no workers: nothing to wake

@@ -4,6 +4,7 @@ Most tests use a small model of element-wise ops; the tests of the demo model ne
 and are skipped, naming the missing ones, until those are registered.
 """
 
+import json
 import os
 import re
 import pathlib
@@ -192,6 +193,37 @@ def test_profile_shows_work_items_per_thread_team(capsys, save_model):
         return int(row[4])
 
     assert items(8) >= 16 and items(8) >= items(1)
+
+
+def test_profile_shows_how_the_team_ran_each_step(capsys, save_model):
+    """With a thread team each parallel step's shares are timed: how late the last one
+    started and how uneven they were (the columns), and one trace event per share on the
+    lane of the thread that ran it; one thread has no such columns."""
+    w = np.random.default_rng(1).standard_normal((64, 32, 1, 1)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="pw")],
+                       [("x", FLOAT, [1, 32, 28, 28])], [("y", FLOAT, [1, 64, 28, 28])],
+                       initializers=[("w", w)])
+    path = save_model(model)
+    trace = os.path.join(os.path.dirname(path), "team.json")
+    status, out, _ = run_cli(capsys, "--onnx-model", path, "--num-threads", 2,
+                             "--warmup-iterations", 1, "--min-profiling-iterations", 3,
+                             "--profile-trace", trace)
+    assert status == 0
+    header = next(line.split() for line in out.splitlines() if line.split()[:2] == ["node", "op"])
+    assert header[-3:] == ["late", "us", "max/mean"]
+    row = next(line.split() for line in out.splitlines() if line.split()[:2] == ["pw", "Conv"])
+    late, spread = float(row[5]), float(row[6])
+    assert late >= 0 and spread >= 1.0
+    assert "  late us: from the step's start to the start of its last share" in out
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    shares = [e for e in events if e["cat"] == "share"]
+    assert len(shares) == 3 * 2 and {e["args"]["share"] for e in shares} == {0, 1}
+    assert all(e["args"]["node"] == "pw" and e["tid"] > 0 and e["dur"] >= 0 for e in shares)
+    status, out, _ = run_cli(capsys, "--onnx-model", path, "--num-threads", 1,
+                             "--warmup-iterations", 1, "--min-profiling-iterations", 1,
+                             "--enable-profiling")
+    assert status == 0 and "late us" not in out
 
 
 def test_timed_runs_without_profiling(capsys, small_model):
