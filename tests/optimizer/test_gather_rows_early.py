@@ -240,6 +240,21 @@ def test_near_misses_keep_their_gather(case):
     assert log == {}
 
 
+def test_a_norm_whose_residual_sum_is_read_elsewhere_keeps_its_gather():
+    # Add -> LayerNorm becomes AddLayerNormalization with the sum as a second output, which a
+    # Relu also reads: the norm's rows cannot move, and the Gather is left as it was (no
+    # Squeeze of a kept axis that would never move either).
+    g = G()
+    g.inputs.append(("z", F, [B, S, HID]))
+    s = g.op("Add", "x", "z")
+    h = g.op("LayerNormalization", s, g.c(np.ones(HID)), g.c(np.zeros(HID)), axis=-1)
+    g.nodes.append(helper.make_node("Relu", [s], ["r"]))
+    rt, log = check(g.model(h, 0, extra_outputs=("r",)))
+    assert log == {}
+    kinds = [n.op_type for n in rt.graph.nodes]
+    assert "AddLayerNormalization" in kinds and "Gather" in kinds and "Squeeze" not in kinds
+
+
 def test_an_index_out_of_range_is_refused_as_without_the_pass():
     g = G()
     model = g.model(g.op("Relu", "x"), S)  # rows 0..S-1

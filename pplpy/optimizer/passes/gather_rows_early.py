@@ -171,9 +171,11 @@ class GatherRowsEarly(RewriteRule):
         if (indices is None or indices.ndim > 1 or indices.size == 0 or dims is None
                 or not np.issubdtype(indices.dtype, np.integer) or graph.is_graph_output(data)):
             return None
-        axis = gather.param.axis % len(dims) if dims else 0
-        n = dims[axis] if dims else None
-        if len(dims) < 2 or axis == len(dims) - 1 or not isinstance(n, int):
+        if len(dims) < 2:
+            return None
+        axis = gather.param.axis % len(dims)
+        n = dims[axis]
+        if axis == len(dims) - 1 or not isinstance(n, int):
             return None
         if (indices < -n).any() or (indices >= n).any():
             return None  # out of range: the Gather's own run-time error stays
@@ -184,6 +186,12 @@ class GatherRowsEarly(RewriteRule):
         data, out = gather.inputs[0], gather.outputs[0]
         if len(set(graph.consumers(data))) != 1:
             return False
+        producer = graph.producer(data)
+        for name in producer.outputs:  # another output read by anything but a Gather: the
+            users = graph.consumers(name) if name and name != data else []  # rows stay
+            if graph.is_graph_output(name) or any(
+                    u.domain != "" or u.op_type != "Gather" for u in users):
+                return False
         kept = self._gather(graph, data, axis, index.reshape(1))
         axes = self._constant(graph, "axes", np.asarray([axis], np.int64))
         squeeze = Node(graph.unique_name(f"{self.name}/Squeeze"), "Squeeze", "",
