@@ -5,8 +5,9 @@
  * steps that the run plan executes on one team of threads (pplpy_pool.h):
  *
  *   parallel step  fn(args, k, nthreads) is called once for each share k in [0, nthreads),
- *                  by whichever thread of the team claims it (ppl_partition(n, k, nthreads)
- *                  gives share k's work); per-share scratch indexed by k stays private, as
+ *                  by whichever thread of the team claims it; share k's work is its fixed
+ *                  run ppl_partition(n, k, nthreads), or the items it claims as the step runs
+ *                  (ppl_next_items); per-share scratch indexed by k stays private, as
  *                  one thread at a time runs share k; the next step starts once every
  *                  share is done
  *   serial step    thread 0 alone calls fn(args, 0, 1); a run of consecutive serial steps
@@ -51,6 +52,61 @@ static inline void ppl_partition(ptrdiff_t n, int tid, int nthreads, ptrdiff_t *
     extra = n % nthreads;
     *begin = tid * base + (tid < extra ? tid : extra);
     *end = *begin + base + (tid < extra ? 1 : 0);
+}
+
+/* Items handed out as a step runs, for a kernel whose items cost alike but whose threads may
+ * not run alike: a thread that shares its core with another (a hyper-thread sibling the
+ * guest does not show, a noisy neighbour on the host) takes as long over a fixed share as
+ * two others, and every other thread waits for it at the step's end.  Claimed a few items
+ * at a time, the slow thread takes fewer.  Each item is computed as it would be in any
+ * share, so the bits stay those of every other thread count.
+ *
+ * The queue lives in the step's arguments (zeroed by new_step) on cache lines of its own,
+ * since the arguments around it are read by every thread in their inner loops.  Every
+ * share of a run calls ppl_next_items until it returns 0; the last share to get its 0
+ * empties the queue for the next run (the pool's wait on the step's shares orders that
+ * before any later claim). */
+typedef struct {
+    char before[64];
+    ptrdiff_t next; /* the first item not claimed yet in this run */
+    int finished;   /* shares of this run that have found the queue empty */
+    char after[64];
+} ppl_item_queue;
+
+/* Claims each share aims at making in a step whose items are handed out as it runs: a
+ * thread running at half speed then still takes its part, at the price of a claim (one
+ * atomic add on a shared line) every quarter share. */
+#define PPL_CLAIMS_PER_THREAD 4
+
+/* Items per claim for n items on a team of nthreads (at least 1). */
+static inline ptrdiff_t ppl_claim_size(ptrdiff_t n, int nthreads) {
+    ptrdiff_t per = n / ((ptrdiff_t)PPL_CLAIMS_PER_THREAD * (nthreads > 1 ? nthreads : 1));
+    return per > 1 ? per : 1;
+}
+
+/* The next run of items [*begin, *end) of n for share tid of nthreads; *calls starts at 0
+ * in each share.  chunk > 0 (and a team): the next chunk items no share has claimed; else
+ * the share's fixed ppl_partition run, once.  Returns 0 when the share has no more. */
+static inline int ppl_next_items(ppl_item_queue *q, ptrdiff_t n, ptrdiff_t chunk, int tid,
+                                 int nthreads, int *calls, ptrdiff_t *begin, ptrdiff_t *end) {
+    ptrdiff_t b;
+    if (chunk <= 0 || nthreads <= 1) {
+        if ((*calls)++ > 0) return 0;
+        ppl_partition(n, tid, nthreads, begin, end);
+        return *begin < *end;
+    }
+    ++*calls;
+    b = __atomic_fetch_add(&q->next, chunk, __ATOMIC_RELAXED);
+    if (b < n) {
+        *begin = b;
+        *end = b + chunk < n ? b + chunk : n;
+        return 1;
+    }
+    if (__atomic_add_fetch(&q->finished, 1, __ATOMIC_ACQ_REL) == nthreads) {
+        __atomic_store_n(&q->next, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&q->finished, 0, __ATOMIC_RELAXED);
+    }
+    return 0;
 }
 
 #endif

@@ -13,6 +13,9 @@
 #         ppl_partition(args.n, tid, nthreads, &b, &e)
 #         for i in range(b, e): ...
 #
+# (A kernel whose threads may not run alike hands its items out as the step runs instead:
+# a ppl_item_queue in its args and ``while ppl_next_items(...)``; see pplpy_step.h.)
+#
 #     def make_relu_step(size_t x, size_t y, Py_ssize_t n):
 #         cdef Step step = new_step(relu_step, sizeof(ReluArgs), n > 65536)
 #         cdef ReluArgs *args = <ReluArgs *>step.args
@@ -29,6 +32,11 @@ cdef extern from "pplpy_step.h" nogil:
         int parallel
     void ppl_partition(Py_ssize_t n, int tid, int nthreads, Py_ssize_t *begin, Py_ssize_t *end)
     enum: PPL_MIN_ITEMS_PER_THREAD  # work items per thread a kernel aims at where it can
+    ctypedef struct ppl_item_queue:  # items handed out as the step runs (in its args)
+        pass
+    Py_ssize_t ppl_claim_size(Py_ssize_t n, int nthreads)
+    int ppl_next_items(ppl_item_queue *q, Py_ssize_t n, Py_ssize_t chunk, int tid,
+                       int nthreads, int *calls, Py_ssize_t *begin, Py_ssize_t *end)
 
 
 cdef class Step:

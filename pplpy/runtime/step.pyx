@@ -216,6 +216,51 @@ _shared_pools = {}
 _shared_pools_lock = threading.Lock()
 
 
+ctypedef struct _ClaimProbe:
+    Py_ssize_t n
+    Py_ssize_t chunk
+    int *runs              # per item: how many times a share ran it
+    int *share             # per item: the share that ran it last
+    long long slow_ns      # share 1 takes this long over each item it runs
+    ppl_item_queue queue
+
+
+cdef void _claim_probe_step(const void *args, int tid, int nthreads) noexcept nogil:
+    cdef _ClaimProbe *p = <_ClaimProbe *>args
+    cdef Py_ssize_t begin, end, i
+    cdef int calls = 0
+    cdef long long until
+    while ppl_next_items(&p.queue, p.n, p.chunk, tid, nthreads, &calls, &begin, &end):
+        for i in range(begin, end):
+            p.runs[i] += 1
+            p.share[i] = tid
+            if tid == 1 and p.slow_ns > 0:
+                until = ppl_now_ns() + p.slow_ns
+                while ppl_now_ns() < until:
+                    pass
+
+
+def claim_probe(Py_ssize_t n, Py_ssize_t chunk, double slow_us=0.0):
+    """``(step, runs, share)``: a parallel step of ``n`` items handed out ``chunk`` at a time
+    (``ppl_next_items``; 0: fixed shares) that counts in ``runs[i]`` how often item i ran and
+    records in ``share[i]`` which share ran it; share 1 spends ``slow_us`` on each item it
+    runs.  For tests of the claiming itself, on any team and over many runs."""
+    import numpy
+    if n < 0:
+        raise ValueError(f"claim_probe: n must be >= 0, got {n}")
+    runs = numpy.zeros(max(n, 1), dtype=numpy.intc)
+    share = numpy.full(max(n, 1), -1, dtype=numpy.intc)
+    cdef int[::1] runs_v = runs
+    cdef int[::1] share_v = share
+    cdef Step step = new_step(_claim_probe_step, sizeof(_ClaimProbe), True, (runs, share))
+    cdef _ClaimProbe *p = <_ClaimProbe *>step.args
+    p.n, p.chunk = n, chunk
+    p.runs, p.share = &runs_v[0], &share_v[0]
+    p.slow_ns = <long long>(slow_us * 1000.0)
+    step.label = "claim_probe"
+    return step, runs[:n], share[:n]
+
+
 def shared_pool(int num_threads, bint bind=True):
     """The process-wide pool of ``num_threads`` threads, for plans made without one
     (``run_steps``: build-time constant folding and the kernel test wrappers)."""

@@ -8,8 +8,8 @@
 #     make_rotary_step(...)       rotate pairs of a head's leading dims by (cos, sin)
 #
 # Attention.  A work item is (batch b, query head h, block of up to QROWS query rows); items
-# are independent (each writes its own rows of Y and of the optional QK output) and split
-# over the team with ppl_partition, one step, no barrier.  Inside an item the keys are taken
+# are independent (each writes its own rows of Y and of the optional QK output) and claimed
+# by the team's shares as the step runs (ppl_next_items), one step, no barrier.  Inside an item the keys are taken
 # kb at a time (all of them when that is at most KB_ONE_BLOCK, else KB), with a running
 # maximum m and sum l per row (flash attention):
 #
@@ -43,8 +43,10 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step cimport (Step, new_step, ppl_claim_size, ppl_item_queue,
+                                  ppl_next_items, ppl_partition)
 from pplpy.engines.x86.impls.aligned import aligned_empty
+from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
@@ -103,6 +105,8 @@ cdef struct AttnArgs:
     float *scratch
     Py_ssize_t scratch_floats
     int max_threads
+    Py_ssize_t claim              # items a share claims at a time (ppl_next_items)
+    ppl_item_queue queue
 
 
 cdef void _pack_kv(const AttnArgs *a, const float *kh, const float *vh, Py_ssize_t j0,
@@ -331,9 +335,11 @@ cdef void _attention_step(const void *p, int tid, int nthreads) noexcept nogil:
             return
         nthreads = a.max_threads
     cdef float *work = a.scratch + tid * a.scratch_floats
-    ppl_partition(a.items, tid, nthreads, &i0, &i1)
-    for it in range(i0, i1):
-        _attention_item(a, it, work, &packed_head)
+    cdef int calls = 0
+    while ppl_next_items(<ppl_item_queue *>&a.queue, a.items, a.claim, tid, nthreads, &calls,
+                         &i0, &i1):
+        for it in range(i0, i1):
+            _attention_item(a, it, work, &packed_head)
 
 
 cdef inline Py_ssize_t _round16(Py_ssize_t n) noexcept:
@@ -428,6 +434,9 @@ def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int q
     a.scratch = &scratch[0, 0]
     a.scratch_floats = floats
     a.max_threads = num_threads
+    # Items (query blocks) are claimed as the step runs (ppl_next_items); a share keeps its
+    # packed K and V for its next claim of the same head.
+    a.claim = ppl_claim_size(a.items, num_threads) if items_claimed() else 0
     return step
 
 

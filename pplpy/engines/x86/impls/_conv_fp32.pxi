@@ -32,15 +32,16 @@
 # first gathers each output channel's input channel into one plane of its thread's scratch.
 #
 # The op is one compiled step of the run plan: its work items (image, block of output rows,
-# row segment, panel) are independent output blocks, and thread tid of the team takes its
-# contiguous share (ppl_partition).  A weight computed at run time is packed by the item
-# that uses it (an item is then a whole panel, packed once into its thread's scratch), so
-# no barrier is needed.  A small layer is cut into more items for a larger team (at least
-# PPL_MIN_ITEMS_PER_THREAD per thread where the output allows: shorter pixel segments of a
-# pointwise conv, fewer rows per item otherwise), but every output pixel is summed in the
-# same order whatever the cut, so every thread count gives the same bits: segments are whole
-# narrow tiles from pixel 0, and a tile of one row that only a cut makes runs in the tiles'
-# order.
+# row segment, panel) are independent output blocks that the team's shares claim a few at a
+# time as the step runs (ppl_next_items; at most one pixel block's panels per claim, which
+# share their input rows), so a slow thread takes fewer of them.  A weight computed at run
+# time is packed by the item that uses it (an item is then a whole panel, packed once into
+# its share's scratch), so no barrier is needed.  A small layer is cut into more items for a
+# larger team (at least PPL_MIN_ITEMS_PER_THREAD per thread where the output allows: shorter
+# pixel segments of a pointwise conv, fewer rows per item otherwise), but every output pixel
+# is summed in the same order whatever the cut, so every thread count gives the same bits:
+# segments are whole narrow tiles from pixel 0, and a tile of one row that only a cut makes
+# runs in the tiles' order.
 #
 # Packed weights are a dict (layout private to this module's tier):
 #   kind "dense":     data float32 flat; panels int64 (npanels, 3) = (offset into data,
@@ -49,11 +50,13 @@
 #                     max_blocks the largest number of input blocks of a panel.
 #   kind "depthwise": data float32 (ceil(oc/16), kh, kw, 16), zero past oc.
 
-from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_partition
+from pplpy.runtime.step cimport (PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_claim_size,
+                                  ppl_item_queue, ppl_next_items)
 
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_zeros
+from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -140,6 +143,8 @@ ctypedef struct _ConvArgs:
     Py_ssize_t bcast_off           # sse: where _BcastRows.data starts in a slice; -1: none
     Py_ssize_t bcast_floats        # and its size
     int max_threads
+    Py_ssize_t claim               # items a share claims at a time (ppl_next_items)
+    ppl_item_queue queue
 
 
 ctypedef struct _Src:
@@ -521,33 +526,15 @@ cdef const float *_item_bias(const _ConvArgs *c, Py_ssize_t col0, Py_ssize_t wid
     return tmp
 
 
-cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nogil:
-    """Items (image, block of output rows, row segment, panel), panels innermost so that
-    consecutive items of a thread share their input rows; with a run-time weight, whole
-    panels, each packed once."""
-    cdef const _ConvArgs *c = <const _ConvArgs *>args
+cdef void _conv_dense_items(const _ConvArgs *c, Py_ssize_t begin, Py_ssize_t end,
+                            float *scratch, const float **a_ptrs, const float **b_ptrs,
+                            _BcastRows *bcp) noexcept nogil:
+    """Items [begin, end) of a dense conv step, with one share's scratch and pointer lists."""
     cdef const _ConvDims *d = &c.d
-    cdef Py_ssize_t begin, end, item, rest, p, s, rb, n, n_lo, n_hi
+    cdef Py_ssize_t item, rest, p, s, rb, n, n_lo, n_hi
     cdef Py_ssize_t oh_lo, oh_hi, ow_lo, ow_hi
     cdef const float *wp
     cdef const float *bias
-    cdef float *scratch
-    cdef const float **a_ptrs
-    cdef const float **b_ptrs
-    cdef _BcastRows bc
-    cdef _BcastRows *bcp = NULL
-    if nthreads > c.max_threads:  # a larger team than the scratch was made for
-        if tid >= c.max_threads:
-            return
-        nthreads = c.max_threads
-    a_ptrs = c.ptrs + tid * 2 * c.cap
-    b_ptrs = a_ptrs + c.cap
-    scratch = c.scratch + tid * c.scratch_floats
-    if c.bcast_off >= 0:  # empty at every run: x may hold a new input
-        bc.data = scratch + c.bcast_off
-        bc.n = -1
-        bcp = &bc
-    ppl_partition(c.nitems, tid, nthreads, &begin, &end)
     for item in range(begin, end):
         p = item % c.npanels
         rest = item // c.npanels
@@ -573,6 +560,32 @@ cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nog
                              n, oh_lo, oh_hi, ow_lo, ow_hi, p, &c.ep, a_ptrs, b_ptrs,
                              bcp if c.w != NULL else NULL, c.bcast_floats,
                              c.w_rows + p * c.w_rows_panel if c.w_rows != NULL else NULL)
+
+
+cdef void _conv_dense_step(const void *args, int tid, int nthreads) noexcept nogil:
+    """Items (image, block of output rows, row segment, panel), panels innermost so that
+    consecutive items of a claim share their input rows; with a run-time weight, whole
+    panels, each packed once."""
+    cdef const _ConvArgs *c = <const _ConvArgs *>args
+    cdef Py_ssize_t begin, end
+    cdef int calls = 0
+    cdef float *scratch
+    cdef const float **a_ptrs
+    cdef _BcastRows bc
+    cdef _BcastRows *bcp = NULL
+    if nthreads > c.max_threads:  # a larger team than the scratch was made for
+        if tid >= c.max_threads:
+            return
+        nthreads = c.max_threads
+    a_ptrs = c.ptrs + tid * 2 * c.cap
+    scratch = c.scratch + tid * c.scratch_floats
+    if c.bcast_off >= 0:  # empty at every run: x may hold a new input
+        bc.data = scratch + c.bcast_off
+        bc.n = -1
+        bcp = &bc
+    while ppl_next_items(<ppl_item_queue *>&c.queue, c.nitems, c.claim, tid, nthreads,
+                         &calls, &begin, &end):
+        _conv_dense_items(c, begin, end, scratch, a_ptrs, a_ptrs + c.cap, bcp)
 
 
 cdef void _conv_dw_slab_item(const _ConvArgs *c, Py_ssize_t item, float *scratch,
@@ -601,29 +614,19 @@ cdef void _conv_dw_slab_item(const _ConvArgs *c, Py_ssize_t item, float *scratch
                             (oh_hi - oh_lo) * d.OW, PPL_CB, cb * PPL_CB)
 
 
-cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept nogil:
-    """Items (image, channel block, output row); whole planes when an item must first gather
-    its input channels (channel multiplier > 1)."""
-    cdef const _ConvArgs *c = <const _ConvArgs *>args
+cdef void _conv_dw_items(const _ConvArgs *c, Py_ssize_t begin, Py_ssize_t end,
+                        float *scratch, float *gathered) noexcept nogil:
+    """Items [begin, end) of a depthwise conv step, with one share's scratch (gathered: its
+    plane, slab or zero row)."""
     cdef const _ConvDims *d = &c.d
-    cdef Py_ssize_t begin, end, item, rest, oh, oh_lo, oh_hi, cb, n, lane, o, ci, hw
+    cdef Py_ssize_t item, rest, oh, oh_lo, oh_hi, cb, n, lane, o, ci, hw
     cdef Py_ssize_t plane = d.H * d.W * PPL_CB, taps = <Py_ssize_t>d.kh * d.kw
     cdef const float *x_p
     cdef const float *src
     cdef const float *wp
     cdef const float *bias
-    cdef float *scratch
-    cdef float *gathered
     cdef float *y_p
     cdef bint whole = c.mult > 1
-    if nthreads > c.max_threads:
-        if tid >= c.max_threads:
-            return
-        nthreads = c.max_threads
-    # [bias][taps x 16][plane], [slab], or [W * 16 zeros][edge: taps x 16]
-    scratch = c.scratch + tid * c.scratch_floats
-    gathered = scratch + _BIAS_TMP + taps * PPL_CB
-    ppl_partition(c.nitems, tid, nthreads, &begin, &end)
     for item in range(begin, end):
         if c.fixed == 2:
             _conv_dw_slab_item(c, item, scratch, gathered)
@@ -668,6 +671,25 @@ cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept
             if c.ep.chain != NULL:  # the rest of the chain on the row just written
                 ppl_post_chain_tile(&c.chain, c.ep.chain_first, y_p + oh * d.OW * PPL_CB,
                                     PPL_CB, 0, d.OW, PPL_CB, cb * PPL_CB)
+
+
+cdef void _conv_depthwise_step(const void *args, int tid, int nthreads) noexcept nogil:
+    """Items (image, channel block, output row); whole planes when an item must first gather
+    its input channels (channel multiplier > 1)."""
+    cdef const _ConvArgs *c = <const _ConvArgs *>args
+    cdef Py_ssize_t begin, end
+    cdef int calls = 0
+    cdef float *scratch
+    if nthreads > c.max_threads:
+        if tid >= c.max_threads:
+            return
+        nthreads = c.max_threads
+    # [bias][taps x 16][plane], [slab], or [W * 16 zeros][edge: taps x 16]
+    scratch = c.scratch + tid * c.scratch_floats
+    while ppl_next_items(<ppl_item_queue *>&c.queue, c.nitems, c.claim, tid, nthreads,
+                         &calls, &begin, &end):
+        _conv_dw_items(c, begin, end, scratch,
+                       scratch + _BIAS_TMP + <Py_ssize_t>c.d.kh * c.d.kw * PPL_CB)
 
 
 cdef inline bint _is_pointwise(int kh, int kw, int stride_h, int stride_w, int pad_top,
@@ -926,6 +948,13 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     c.scratch_floats = scratch_floats
     c.bcast_off, c.bcast_floats = bcast_off, bcast_floats
     c.max_threads = num_threads
+    # Items are claimed as the step runs (ppl_next_items); a dense claim stays within one
+    # pixel block's panels, whose items share their input rows.
+    c.claim = ppl_claim_size(nitems, num_threads)
+    if not depthwise:
+        c.claim = min(c.claim, npanels)
+    if not items_claimed():
+        c.claim = 0
     return step
 
 

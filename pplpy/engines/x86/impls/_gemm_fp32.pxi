@@ -38,9 +38,12 @@
 # the tile a shuffle per row and k (_brgemm_fp32.h says what it measured).
 # The rows of a block are cut into tiles of near-equal height (128 rows = 8 x 13 +
 # 2 x 12 rather than 9 x 14 + 2: a 2-row tile loads as much B per FMA as it computes).
-# Work items are independent output blocks: thread tid of the team takes its contiguous
-# share (ppl_partition), no barrier needed; panel groups are near-equal and their count is
-# chosen so that every thread gets the same number of items where the panels allow it.
+# Work items are independent output blocks, no barrier needed; panel groups are near-equal
+# and their count is chosen so that every thread gets the same number of items where the
+# panels allow it.  The team's shares claim them as the step runs (ppl_next_items), so a
+# thread slowed by a sibling hyper-thread or a busy host takes fewer: one item at a time
+# where the share's copy of A serves its next item too (one K chunk), else about half an
+# even share at a time (every claim copies A again).
 #
 # Inputs that are not ready for the microkernel are prepared inside the item that uses them,
 # so that one step (no barrier) does the whole op:
@@ -54,11 +57,13 @@
 
 from libc.string cimport memcpy
 
-from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_partition
+from pplpy.runtime.step cimport (PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_item_queue,
+                                  ppl_next_items)
 
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_zeros
+from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -101,6 +106,8 @@ ctypedef struct _GemmArgs:
     float *scratch              # max_threads slices of scratch_floats
     Py_ssize_t scratch_floats
     int max_threads
+    Py_ssize_t claim            # items a share claims at a time (ppl_next_items)
+    ppl_item_queue queue
 
 
 cdef void _pack_panels(const float *b, Py_ssize_t sk, Py_ssize_t sn, Py_ssize_t k,
@@ -315,44 +322,51 @@ cdef void _gemm_rows(const _GemmArgs *g, Py_ssize_t bi, Py_ssize_t mb, Py_ssize_
 
 
 cdef void _gemm_step(const void *args, int tid, int nthreads) noexcept nogil:
-    """Work items (entry, row-block range, panel group) [begin, end) of this thread.  With
-    B packed at build time, the thread's consecutive items of one row block (the block's
+    """Work items (entry, row-block range, panel group) as this share claims them.  With
+    B packed at build time, the share's consecutive items of one row block (the block's
     other panel groups) go through it together, K chunk by K chunk, so that each chunk of
     their A is copied once: item by item, GPT-2's 128 x 3072 x 768 GEMM copied its A (three
     chunks) once per item, four times over at one thread and again on every thread of a
-    team.  With B raw, each item packs its panel group and goes over every row block."""
+    team; with one K chunk the copy also serves the share's next claim of the same rows.
+    With B raw, each item packs its panel group and goes over every row block."""
     cdef const _GemmArgs *g = <const _GemmArgs *>args
     cdef Py_ssize_t nmitems = 1 if g.pack_b else g.nmblocks
     cdef Py_ssize_t begin, end, item, last, rest, bi, mb, p_lo, p_hi
     cdef Py_ssize_t a_held = -1     # (entry, row block) whose only K chunk is in scratch_a
     cdef float *scratch_a = NULL
     cdef float *scratch_b = NULL
+    cdef int calls = 0
     if nthreads > g.max_threads:  # a larger team than the scratch was made for
         if tid >= g.max_threads:
             return
         nthreads = g.max_threads
     scratch_b = g.scratch + tid * g.scratch_floats
     scratch_a = scratch_b + (g.panels_per_group * g.k * PPL_NB if g.pack_b else 0)
-    ppl_partition(g.batch * nmitems * g.ngroups, tid, nthreads, &begin, &end)
-    item = begin
-    while item < end:
-        rest = item // g.ngroups
-        bi = rest // nmitems
-        if not g.pack_b:
-            last = min(end, (rest + 1) * g.ngroups)
-            _gemm_rows(g, bi, rest % nmitems, item, last, scratch_a, NULL, False)
-            item = last
-            continue
-        _group_panels(g, item, &p_lo, &p_hi)
-        if p_lo < p_hi:
-            _pack_panels(g.b + g.b_off[bi], g.b_sk, g.b_sn, g.k, g.n, p_lo, p_hi, scratch_b)
-            for mb in range(g.nmblocks):
-                _gemm_rows(g, bi, mb, item, item + 1, scratch_a, scratch_b,
+    while ppl_next_items(<ppl_item_queue *>&g.queue, g.batch * nmitems * g.ngroups, g.claim,
+                         tid, nthreads, &calls, &begin, &end):
+        item = begin
+        while item < end:
+            rest = item // g.ngroups
+            bi = rest // nmitems
+            if not g.pack_b:
+                last = min(end, (rest + 1) * g.ngroups)
+                mb = rest % nmitems
+                _gemm_rows(g, bi, mb, item, last, scratch_a, NULL,
                            a_held == bi * g.nmblocks + mb)
-                # With one K chunk the copy stays valid for this thread's next item of the
-                # same rows (the next panel group of the entry, with one row block).
                 a_held = bi * g.nmblocks + mb if g.kc >= g.k else -1
-        item += 1
+                item = last
+                continue
+            _group_panels(g, item, &p_lo, &p_hi)
+            if p_lo < p_hi:
+                _pack_panels(g.b + g.b_off[bi], g.b_sk, g.b_sn, g.k, g.n, p_lo, p_hi,
+                             scratch_b)
+                for mb in range(g.nmblocks):
+                    _gemm_rows(g, bi, mb, item, item + 1, scratch_a, scratch_b,
+                               a_held == bi * g.nmblocks + mb)
+                    # With one K chunk the copy stays valid for this thread's next item of
+                    # the same rows (another panel group of the entry, with one row block).
+                    a_held = bi * g.nmblocks + mb if g.kc >= g.k else -1
+            item += 1
 
 
 cdef object _padded_bias(bias, Py_ssize_t size, Py_ssize_t n):
@@ -505,6 +519,12 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     g.scratch_floats = scratch_floats
     g.max_threads = num_threads
     step.work_items = batch * (1 if g.pack_b else nmblocks) * ngroups
+    # Items are claimed as the step runs (ppl_next_items), one at a time where a thread's
+    # copy of A serves its next item too (one K chunk); with several K chunks every claim
+    # copies A again, so a share claims about half of an even share at once.
+    g.claim = 1 if kc >= k else max(1, step.work_items // (2 * num_threads))
+    if not items_claimed():
+        g.claim = 0
     return step
 
 

@@ -33,11 +33,13 @@
 #   kind "winograd_f4x3": data float32 (36, npanels, ICB, 16, PPL_NB): U_t for output
 #   channels of panel p and input channels of block icb, zero past oc and ic.
 
-from pplpy.runtime.step cimport PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_partition
+from pplpy.runtime.step cimport (PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_claim_size,
+                                  ppl_item_queue, ppl_next_items, ppl_partition)
 
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_copy, aligned_empty
+from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -85,6 +87,8 @@ ctypedef struct _WinoArgs:
     const float **ptrs             # max_threads slices of 2 * icb batch pointers,
     Py_ssize_t ptr_stride          # ptr_stride apart
     int max_threads
+    Py_ssize_t claim               # conv step: items a share claims at a time
+    ppl_item_queue queue           # (ppl_next_items)
 
 
 cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -260,21 +264,23 @@ cdef void _wino_chain_rows(const _WinoArgs *c, Py_ssize_t n, Py_ssize_t cb, Py_s
 
 
 cdef void _wino_step(const void *args, int tid, int nthreads) noexcept nogil:
-    """Items are (block of T tiles, panel group); thread tid takes its contiguous share."""
+    """Items are (block of T tiles, panel group), claimed as the step runs."""
     cdef const _WinoArgs *c = <const _WinoArgs *>args
     cdef Py_ssize_t begin, end, item, blk, p0
+    cdef int calls = 0
     if nthreads > c.max_threads:  # a larger team than the scratch was made for
         if tid >= c.max_threads:
             return
         nthreads = c.max_threads
     cdef float *scratch = c.scratch + tid * c.scratch_floats
     cdef const float **a_ptrs = c.ptrs + tid * c.ptr_stride
-    ppl_partition(c.nitems, tid, nthreads, &begin, &end)
-    for item in range(begin, end):
-        blk = item // c.ngroups
-        p0 = (item % c.ngroups) * c.group_panels
-        _wino_item(c, blk * c.block, min(c.tiles, (blk + 1) * c.block), p0,
-                   min(c.npanels, p0 + c.group_panels), scratch, a_ptrs, a_ptrs + c.icb)
+    while ppl_next_items(<ppl_item_queue *>&c.queue, c.nitems, c.claim, tid, nthreads,
+                         &calls, &begin, &end):
+        for item in range(begin, end):
+            blk = item // c.ngroups
+            p0 = (item % c.ngroups) * c.group_panels
+            _wino_item(c, blk * c.block, min(c.tiles, (blk + 1) * c.block), p0,
+                       min(c.npanels, p0 + c.group_panels), scratch, a_ptrs, a_ptrs + c.icb)
 
 
 def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int out_c,
@@ -379,6 +385,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.ptrs = <const float **>&ptrs_v[0]
     c.ptr_stride = ptr_stride
     c.max_threads = num_threads
+    c.claim = ppl_claim_size(c.nitems, num_threads) if items_claimed() else 0
     c.shared_v = NULL
     if not share_v:
         return [step]
