@@ -9,9 +9,9 @@
 #
 # Attention.  A work item is (batch b, query head h, block of up to QROWS query rows); items
 # are independent (each writes its own rows of Y and of the optional QK output) and claimed
-# by the team's shares as the step runs (ppl_next_items), one step, no barrier.  Inside an item the keys are taken
-# kb at a time (all of them when that is at most KB_ONE_BLOCK, else KB), with a running
-# maximum m and sum l per row (flash attention):
+# by the team's shares as the step runs (ppl_next_items), one step, no barrier.  Inside an
+# item the keys are taken kb at a time (all of them when that is at most KB_ONE_BLOCK, else
+# KB), with a running maximum m and sum l per row (flash attention):
 #
 #     S    = Q_blk K_j^T * scale                      brgemm: rows x kb scores in scratch
 #     s    = softcap(S) + bias_j                      per row, in place
