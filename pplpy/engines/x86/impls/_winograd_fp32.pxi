@@ -34,7 +34,7 @@
 #   channels of panel p and input channels of block icb, zero past oc and ic.
 
 from pplpy.runtime.step cimport (PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_claim_size,
-                                  ppl_item_queue, ppl_next_items, ppl_partition)
+                                  ppl_item_queue, ppl_next_items)
 
 import numpy
 
@@ -87,8 +87,8 @@ ctypedef struct _WinoArgs:
     const float **ptrs             # max_threads slices of 2 * icb batch pointers,
     Py_ssize_t ptr_stride          # ptr_stride apart
     int max_threads
-    Py_ssize_t claim               # conv step: items a share claims at a time
-    ppl_item_queue queue           # (ppl_next_items)
+    Py_ssize_t claim               # items a share claims at a time (ppl_next_items)
+    ppl_item_queue queue
 
 
 cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -184,10 +184,12 @@ cdef void _wino_input_step(const void *args, int tid, int nthreads) noexcept nog
     """Items are blocks: each block's V into shared_v, once for all its panel groups."""
     cdef const _WinoArgs *c = <const _WinoArgs *>args
     cdef Py_ssize_t begin, end, blk, nblocks = _ceil_div(c.tiles, c.block)
-    ppl_partition(nblocks, tid, nthreads, &begin, &end)
-    for blk in range(begin, end):
-        _wino_input_block(c, blk * c.block, min(c.tiles, (blk + 1) * c.block),
-                          c.shared_v + blk * _POS * c.icb * c.block * PPL_CB)
+    cdef int calls = 0
+    while ppl_next_items(<ppl_item_queue *>&c.queue, nblocks, c.claim, tid, nthreads, &calls,
+                         &begin, &end):
+        for blk in range(begin, end):
+            _wino_input_block(c, blk * c.block, min(c.tiles, (blk + 1) * c.block),
+                              c.shared_v + blk * _POS * c.icb * c.block * PPL_CB)
 
 
 cdef void _wino_item(const _WinoArgs *c, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t p0,
@@ -397,6 +399,8 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     cdef Step transform = new_step(_wino_input_step, sizeof(_WinoArgs),
                                    flops >= _PARALLEL_FLOPS, (step.keep,))
     (<_WinoArgs *>transform.args)[0] = c[0]
+    (<_WinoArgs *>transform.args).claim = (ppl_claim_size(nblocks, num_threads)
+                                           if items_claimed() else 0)
     transform.work_items = nblocks
     return [transform, step]
 
