@@ -84,9 +84,19 @@ static inline ptrdiff_t ppl_claim_size(ptrdiff_t n, int nthreads) {
     return per > 1 ? per : 1;
 }
 
+/* Items a claim takes when `left` are left: chunk, or fewer as they run out (at most half of
+ * an even split of what is left, as OpenMP's "guided" schedule: a slow thread's last claim
+ * is then small, not a quarter share the others wait for); at least 1. */
+static inline ptrdiff_t ppl_claim_now(ptrdiff_t left, ptrdiff_t chunk, int nthreads) {
+    ptrdiff_t fair = (left + 2 * (ptrdiff_t)nthreads - 1) / (2 * (ptrdiff_t)nthreads);
+    if (fair < chunk) chunk = fair;
+    return chunk > 1 ? chunk : 1;
+}
+
 /* The next run of items [*begin, *end) of n for share tid of nthreads; *calls starts at 0
- * in each share.  chunk > 0 (and a team): the next chunk items no share has claimed; else
- * the share's fixed ppl_partition run, once.  Returns 0 when the share has no more. */
+ * in each share.  chunk > 0 (and a team): the next items no share has claimed
+ * (ppl_claim_now of them); else the share's fixed ppl_partition run, once.  Returns 0 when
+ * the share has no more. */
 static inline int ppl_next_items(ppl_item_queue *q, ptrdiff_t n, ptrdiff_t chunk, int tid,
                                  int nthreads, int *calls, ptrdiff_t *begin, ptrdiff_t *end) {
     ptrdiff_t b;
@@ -96,6 +106,7 @@ static inline int ppl_next_items(ppl_item_queue *q, ptrdiff_t n, ptrdiff_t chunk
         return *begin < *end;
     }
     ++*calls;
+    chunk = ppl_claim_now(n - __atomic_load_n(&q->next, __ATOMIC_RELAXED), chunk, nthreads);
     b = __atomic_fetch_add(&q->next, chunk, __ATOMIC_RELAXED);
     if (b < n) {
         *begin = b;

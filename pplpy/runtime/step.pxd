@@ -35,6 +35,7 @@ cdef extern from "pplpy_step.h" nogil:
     ctypedef struct ppl_item_queue:  # items handed out as the step runs (in its args)
         pass
     Py_ssize_t ppl_claim_size(Py_ssize_t n, int nthreads)
+    Py_ssize_t ppl_claim_now(Py_ssize_t left, Py_ssize_t chunk, int nthreads)
     int ppl_next_items(ppl_item_queue *q, Py_ssize_t n, Py_ssize_t chunk, int tid,
                        int nthreads, int *calls, Py_ssize_t *begin, Py_ssize_t *end)
 

@@ -261,6 +261,18 @@ def claim_probe(Py_ssize_t n, Py_ssize_t chunk, double slow_us=0.0):
     return step, runs[:n], share[:n]
 
 
+def claim_sizes(Py_ssize_t n, Py_ssize_t chunk, int nthreads):
+    """The sizes of the claims one share would make alone over ``n`` items with claims of
+    ``chunk`` at most on a team of ``nthreads`` (``ppl_claim_now``; for tests of the rule)."""
+    sizes = []
+    cdef Py_ssize_t left = n, take
+    while left > 0:
+        take = min(left, ppl_claim_now(left, chunk, nthreads))
+        sizes.append(take)
+        left -= take
+    return sizes
+
+
 def shared_pool(int num_threads, bint bind=True):
     """The process-wide pool of ``num_threads`` threads, for plans made without one
     (``run_steps``: build-time constant folding and the kernel test wrappers)."""

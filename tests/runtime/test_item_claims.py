@@ -14,7 +14,7 @@ import pplpy
 from models import graph_builders as gb
 from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.errors import PplError
-from pplpy.runtime.step import Plan, claim_probe, shared_pool
+from pplpy.runtime.step import Plan, claim_probe, claim_sizes, shared_pool
 
 RNG = np.random.default_rng(11)
 
@@ -42,6 +42,18 @@ def test_a_slow_share_takes_fewer_items_than_a_fixed_half():
     run_on(fixed, 2)
     assert (runs == 1).all()
     assert (share[:32] == 0).all() and (share[32:] == 1).all()
+
+
+def test_claims_shrink_as_the_items_run_out():
+    """Claims of the chunk while half an even split of what is left is larger, then smaller
+    ones down to single items, so the last claim a slow thread makes is short."""
+    assert claim_sizes(64, 8, 2) == [8, 8, 8, 8, 8, 6, 5, 4, 3, 2, 1, 1, 1, 1]
+    assert claim_sizes(5, 3, 4) == [1, 1, 1, 1, 1]
+    assert claim_sizes(1000, 1, 16) == [1] * 1000
+    for n, chunk, threads in [(64, 8, 2), (113, 7, 3), (3, 5, 16)]:
+        sizes = claim_sizes(n, chunk, threads)
+        assert sum(sizes) == n and max(sizes) <= chunk
+        assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 1
 
 
 def test_claim_probe_checks_its_size():
