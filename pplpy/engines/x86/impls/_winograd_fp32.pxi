@@ -119,15 +119,17 @@ def winograd_pack_weight(w):
 
 def winograd_panel_groups(Py_ssize_t nblocks, Py_ssize_t npanels, int num_threads):
     """Panels per group for nblocks tile blocks, npanels panels and a team of num_threads:
-    all panels in one group where the blocks alone give every thread an item, else enough
-    groups for num_threads items (at most one per channel block).  Groups start on channel
-    blocks (a panel narrower than 16 channels shares its block with the next), so that
-    each group's output transform writes whole blocks."""
+    all panels in one group where the blocks alone give every thread of a team
+    PPL_MIN_ITEMS_PER_THREAD items (room for the claims to even out a slow thread), else
+    enough groups for that many (at most one per channel block; one group on one thread).
+    Groups start on channel blocks (a panel narrower than 16 channels shares its block with
+    the next), so that each group's output transform writes whole blocks."""
     cdef Py_ssize_t per_cb = max(1, PPL_CB // PPL_NB)   # panels per channel block
     cdef Py_ssize_t units = _ceil_div(npanels, per_cb)   # channel-block-aligned units
     cdef Py_ssize_t groups = 1
-    if nblocks < num_threads:
-        groups = min(units, _ceil_div(num_threads, nblocks))
+    cdef Py_ssize_t want = PPL_MIN_ITEMS_PER_THREAD * num_threads
+    if num_threads > 1 and nblocks < want:
+        groups = min(units, _ceil_div(want, nblocks))
     return _ceil_div(units, groups) * per_cb
 
 

@@ -154,16 +154,22 @@ def test_winograd_panel_groups_give_the_same_bits(wino, threads):
 
 
 def test_winograd_panel_groups_follow_the_team(wino):
-    """Blocks that give every thread an item keep all panels in one group; fewer blocks than
-    threads split the panels (whole channel blocks) into enough groups for the team."""
+    """Blocks that give every thread of a team two items (PPL_MIN_ITEMS_PER_THREAD, room for
+    the claims to even out a slow thread) keep all panels in one group, as does one thread;
+    fewer blocks split the panels (whole channel blocks) into enough groups for that."""
     nb = _panel_floats(wino)
     per_cb = max(1, 16 // nb)
     npanels, _, _ = wino.winograd_layout(256, 256)
-    assert wino.winograd_panel_groups(16, npanels, 16) == npanels
+    assert wino.winograd_panel_groups(32, npanels, 16) == npanels
     assert wino.winograd_panel_groups(7, npanels, 2) == npanels
-    # ResNet-50's 14x14 layers: 2 blocks of 16 tiles, 16 threads -> 8 groups, 16 items.
+    assert wino.winograd_panel_groups(1, npanels, 1) == npanels
+    # One item per thread is not enough: two groups.
+    assert -(-npanels // wino.winograd_panel_groups(16, npanels, 16)) == 2
+    # ResNet-50's 14x14 layers at two threads: 2 blocks of 16 tiles -> 2 groups, 4 items.
+    assert -(-npanels // wino.winograd_panel_groups(2, npanels, 2)) == 2
+    # ... and at 16 threads: 16 groups (one per channel block), 32 items.
     per_group = wino.winograd_panel_groups(2, npanels, 16)
-    assert per_group % per_cb == 0 and -(-npanels // per_group) == min(8, npanels // per_cb)
+    assert per_group % per_cb == 0 and -(-npanels // per_group) == min(16, npanels // per_cb)
     # Never more groups than channel blocks.
     assert wino.winograd_panel_groups(1, npanels, 1000) == per_cb
     with pytest.raises(ValueError, match="group_panels") if per_cb > 1 else nullcontext():
