@@ -15,6 +15,8 @@ too, one lane per thread that ran them (tid: the Linux thread id; args: the CPU)
 ``per_node_threads()`` says per node how late the last share started after the step began
 and how much longer the longest share took than the mean: a step whose workers joined late
 (woken from sleep, or on a busy CPU) shows the first, one cut into uneven parts the second.
+In the steps whose items are claimed as they run (pplpy_step.h, ppl_next_items) the shares
+even out what they can: there a long share is one whose thread came early or ran fast.
 """
 
 import json

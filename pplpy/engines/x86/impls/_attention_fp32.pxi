@@ -46,7 +46,6 @@ import numpy as np
 from pplpy.runtime.step cimport (Step, new_step, ppl_claim_size, ppl_item_queue,
                                   ppl_next_items, ppl_partition)
 from pplpy.engines.x86.impls.aligned import aligned_empty
-from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
@@ -436,7 +435,7 @@ def make_attention_step(size_t q, size_t k, size_t v, size_t y, size_t qk, int q
     a.max_threads = num_threads
     # Items (query blocks) are claimed as the step runs (ppl_next_items); a share keeps its
     # packed K and V for its next claim of the same head.
-    a.claim = ppl_claim_size(a.items, num_threads) if items_claimed() else 0
+    a.claim = _claim_chunk(ppl_claim_size(a.items, num_threads))
     return step
 
 

@@ -62,3 +62,11 @@ cdef Py_ssize_t _b_prefetch_floats(Py_ssize_t weight_bytes) except -1:
     declarations would otherwise export the name.)"""
     from pplpy.engines.x86.impls.b_prefetch import b_prefetch_blocks
     return b_prefetch_blocks(weight_bytes) * PPL_CB * PPL_NB
+
+
+cdef Py_ssize_t _claim_chunk(Py_ssize_t chunk) except -1:
+    """The items a share of a step claims at a time (ppl_next_items, pplpy_step.h): chunk,
+    or 0 (a fixed share per thread) where PPLPY_STATIC_SHARES=1 asks for it (item_claims.py;
+    imported here for the reason _b_prefetch_floats gives)."""
+    from pplpy.engines.x86.impls.item_claims import items_claimed
+    return chunk if items_claimed() else 0

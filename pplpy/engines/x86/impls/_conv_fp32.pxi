@@ -56,7 +56,6 @@ from pplpy.runtime.step cimport (PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_c
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_zeros
-from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -950,11 +949,8 @@ def make_conv2d_n16cx_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int o
     c.max_threads = num_threads
     # Items are claimed as the step runs (ppl_next_items); a dense claim stays within one
     # pixel block's panels, whose items share their input rows.
-    c.claim = ppl_claim_size(nitems, num_threads)
-    if not depthwise:
-        c.claim = min(c.claim, npanels)
-    if not items_claimed():
-        c.claim = 0
+    c.claim = _claim_chunk(ppl_claim_size(nitems, num_threads) if depthwise
+                           else min(ppl_claim_size(nitems, num_threads), npanels))
     return step
 
 

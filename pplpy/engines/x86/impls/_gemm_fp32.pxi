@@ -63,7 +63,6 @@ from pplpy.runtime.step cimport (PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_i
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_zeros
-from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -522,9 +521,7 @@ def make_gemm_step(size_t a, size_t b, size_t out, Py_ssize_t m, Py_ssize_t k, P
     # Items are claimed as the step runs (ppl_next_items), one at a time where a thread's
     # copy of A serves its next item too (one K chunk); with several K chunks every claim
     # copies A again, so a share claims about half of an even share at once.
-    g.claim = 1 if kc >= k else max(1, step.work_items // (2 * num_threads))
-    if not items_claimed():
-        g.claim = 0
+    g.claim = _claim_chunk(1 if kc >= k else max(1, step.work_items // (2 * num_threads)))
     return step
 
 

@@ -39,7 +39,6 @@ from pplpy.runtime.step cimport (PPL_MIN_ITEMS_PER_THREAD, Step, new_step, ppl_c
 import numpy
 
 from pplpy.engines.x86.impls.aligned import aligned_copy, aligned_empty
-from pplpy.engines.x86.impls.item_claims import items_claimed
 from pplpy.engines.x86.impls.per_thread import per_thread_buffer
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.runtime.step import run_steps
@@ -389,7 +388,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.ptrs = <const float **>&ptrs_v[0]
     c.ptr_stride = ptr_stride
     c.max_threads = num_threads
-    c.claim = ppl_claim_size(c.nitems, num_threads) if items_claimed() else 0
+    c.claim = _claim_chunk(ppl_claim_size(c.nitems, num_threads))
     c.shared_v = NULL
     if not share_v:
         return [step]
@@ -401,8 +400,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     cdef Step transform = new_step(_wino_input_step, sizeof(_WinoArgs),
                                    flops >= _PARALLEL_FLOPS, (step.keep,))
     (<_WinoArgs *>transform.args)[0] = c[0]
-    (<_WinoArgs *>transform.args).claim = (ppl_claim_size(nblocks, num_threads)
-                                           if items_claimed() else 0)
+    (<_WinoArgs *>transform.args).claim = _claim_chunk(ppl_claim_size(nblocks, num_threads))
     transform.work_items = nblocks
     return [transform, step]
 
