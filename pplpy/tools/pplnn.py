@@ -479,7 +479,8 @@ def format_profile(profiler):
     if team:
         lines.append("  late us: from the step's start to the start of its last share of the "
                      "work (a thread that joined late); max/mean: its longest share against "
-                     "the mean (uneven parts)")
+                     "the mean (uneven parts; where items are claimed as the step runs, "
+                     "threads that ran unevenly)")
     lines.append(f"profile per op type (mean over {runs} run(s)):")
     lines += _table(
         ["op type", "nodes", "ms", "%"],
