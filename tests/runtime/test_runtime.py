@@ -106,6 +106,35 @@ def test_in_shapes_fix_free_dims_at_load(save_model):
         rt.run({"x": np.zeros((3, 3, 10, 10), np.float32)})
 
 
+@pytest.mark.parametrize("after_conv", [False, True])
+@pytest.mark.parametrize("fusion", [True, False])
+def test_a_free_dim_only_some_sizes_of_fit_loads_and_runs_at_those(save_model, after_conv,
+                                                                   fusion):
+    """x[N, ...] * c[3, ...] is a model for N = 3 only.  The build probes free dims with
+    sizes of its own (64, 65, ...): their shape error is not the model's, so the model loads,
+    runs at N = 3, and a run at another N is that run's error."""
+    c = RNG.standard_normal((3, 4, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["a", "c"], ["y"])]
+    inits = [numpy_helper.from_array(c, "c")]
+    if after_conv:  # the Mul reads an N16CX value
+        w = RNG.standard_normal((4, 4, 1, 1)).astype(np.float32)
+        nodes.insert(0, helper.make_node("Conv", ["x", "w"], ["a"]))
+        inits.append(numpy_helper.from_array(w, "w"))
+    else:
+        nodes.insert(0, helper.make_node("Relu", ["x"], ["a"]))
+    graph = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rt = pplpy.load(save_model(model), num_threads=2, fusion=fusion)
+    x = RNG.standard_normal((3, 4, 5, 5)).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(pplpy.PplError, match="broadcast"):
+        rt.run({"x": np.zeros((2, 4, 5, 5), np.float32)})
+    np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+
+
 def test_outputs_are_owned_by_the_caller(save_model):
     rt = pplpy.load(save_model(cnn()))
     x = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32)

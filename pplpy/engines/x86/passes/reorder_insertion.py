@@ -18,6 +18,7 @@ lanes into inf and the next Conv's sums into NaN).
 """
 
 from pplpy.common.data_format import DataFormat
+from pplpy.errors import ShapeError
 from pplpy.ir import Node
 from pplpy.params.x86 import ReorderParam
 
@@ -81,7 +82,14 @@ def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
         in_formats = [graph.values[name].format if name else DataFormat.NDARRAY
                       for name in node.inputs]
         in_shapes = [shapes.get(name) if name else None for name in node.inputs]
-        wanted, out_formats = op.select_format(in_formats, in_shapes)
+        try:
+            wanted, out_formats = op.select_format(in_formats, in_shapes)
+        except ShapeError:
+            # Only a probe value of a free input dim gets here (static shapes that do not
+            # fit failed inference already): x[batch, ...] + c[3, ...] is a model for batch
+            # 3 only.  NDARRAY fits whatever shape a run feeds; the run checks the shapes.
+            wanted = [DataFormat.NDARRAY] * len(node.inputs)
+            out_formats = [DataFormat.NDARRAY] * len(node.outputs)
         if not may_use_blocked_format(type(op)):
             wanted = [DataFormat.NDARRAY for _ in wanted]
             out_formats = [DataFormat.NDARRAY for _ in out_formats]
