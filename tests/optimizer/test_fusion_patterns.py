@@ -312,6 +312,40 @@ def test_layer_norm_near_misses(miss):
         assert "LayerNormalization" not in types and "RMSNormalization" not in types
 
 
+@pytest.mark.parametrize("form", ["gelu_half", "hard_swish_sixth", "layer_norm_eps",
+                                  "layer_norm_square"])
+def test_a_one_value_constant_of_higher_rank_keeps_the_spelling(form):
+    """x[5, 16] * c[1, 1, 1, 1] is [1, 1, 5, 16]: the one op that would replace the formula
+    keeps x's shape, so the formula stays and the output keeps the rank it grew."""
+    g = G()
+    big = np.ones((1, 1, 1, 1), np.float32)
+    if form == "gelu_half":
+        a = g.op("Add", g.op("Erf", g.op("Div", "x", g.c(1.4142135))), g.c(1.0))
+        g.op("Mul", g.op("Mul", "x", a), g.c(0.5 * big), out="y")
+        fused_op, kept = "Gelu", "Erf"
+    elif form == "hard_swish_sixth":
+        clip = g.op("Clip", g.op("Add", "x", g.c(3.0)), g.c(0.0), g.c(6.0))
+        g.op("Mul", g.op("Mul", "x", clip), g.c(big / 6), out="y")
+        fused_op, kept = "HardSwish", "Clip"
+    else:
+        eps, two = (1e-5 * big, 2.0) if form == "layer_norm_eps" else (1e-5, 2.0 * big)
+        d = g.op("Sub", "x", reduce_mean(g, "x", [-1], 17))
+        var = reduce_mean(g, g.op("Pow", d, g.c(two)), [-1], 17)
+        g.op("Div", d, g.op("Sqrt", g.op("Add", var, g.c(eps))), out="y")
+        fused_op, kept = "LayerNormalization", "Pow"
+    model = g.model({"x": (F, [5, 16])})
+    x = rand(5, 16)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert want.shape == (1, 1, 5, 16)
+    for passes in (PIPELINE, DEFAULT_PIPELINE):
+        rt = load(model, passes=passes)
+        got = rt.run({"x": x})["y"]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    rt = load(model)
+    assert fused_op not in ops(rt) and ops(rt)[kept] == 1
+
+
 # ---- Attention ----
 
 B, S, H, D = 2, 6, 3, 8

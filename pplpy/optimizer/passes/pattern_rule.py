@@ -27,7 +27,9 @@ CONST_RTOL = 1e-6
 
 def scalar(graph, name):
     """The float value of ``name`` when it is a floating constant holding one value, else
-    None.  A one-value constant of rank <= 4 never grows a 4-D operand's rank."""
+    None.  Such a constant of higher rank than the operand it meets grows the result's rank
+    (x[17] * c[1, 1, 1, 1] is [1, 1, 1, 17]): a rule replacing the formula by one op that
+    keeps x's shape checks that with ``can_replace(..., same_dims_as=x)``."""
     if not name:
         return None
     value = graph.constants.get(name)
@@ -152,9 +154,15 @@ class PatternRule(RewriteRule):
         return changes
 
     @staticmethod
-    def can_replace(graph, matched, final):
+    def can_replace(graph, matched, final, same_dims_as=None):
         """Whether every value ``matched`` writes, except ``final``, is read only inside the
-        match and is not a graph output (and something reads ``final``)."""
+        match and is not a graph output (and something reads ``final``); with
+        ``same_dims_as``, also whether ``final`` has that value's known dims (the one op
+        replacing an element-wise formula of x keeps x's shape, which the formula's
+        broadcasting may not have)."""
+        if same_dims_as is not None and (dims_of(graph, same_dims_as) is None or dims_of(
+                graph, same_dims_as) != dims_of(graph, final)):
+            return False
         inside = set(matched)
         for node in inside:
             for name in node.outputs:

@@ -118,7 +118,7 @@ class RecognizeGelu(PatternRule):
         mul = only_reader(graph, node.outputs[0], "Mul")
         if mul is None or other(mul, node.outputs[0]) != x or not is_float32(graph, x):
             return False
-        if not self.can_replace(graph, [node, mul], mul.outputs[0]):
+        if not self.can_replace(graph, [node, mul], mul.outputs[0], same_dims_as=x):
             return False
         out = mul.outputs[0]
         swish = self.new_node(graph, "Swish", SWISH_OPSET, [x], [out], SwishParam())
@@ -135,7 +135,7 @@ class RecognizeGelu(PatternRule):
             return False
         nodes, final = product
         matched = front + [node, add] + nodes
-        if not self.can_replace(graph, matched, final.outputs[0]):
+        if not self.can_replace(graph, matched, final.outputs[0], same_dims_as=x):
             return False
         approximate = "none" if node.op_type == "Erf" else "tanh"
         out = final.outputs[0]
@@ -165,7 +165,8 @@ class RecognizeGelu(PatternRule):
                 return False
             front, (nodes, final) = [shift], product
         matched = front + [node] + nodes
-        if not is_float32(graph, x) or not self.can_replace(graph, matched, final.outputs[0]):
+        if not is_float32(graph, x) or not self.can_replace(graph, matched, final.outputs[0],
+                                                            same_dims_as=x):
             return False
         out = final.outputs[0]
         swish = self.new_node(graph, "HardSwish", HARD_SWISH_OPSET, [x], [out])

@@ -165,7 +165,7 @@ class RecognizeLayerNorm(PatternRule):
             if beta is not None:
                 matched.append(add_beta)
                 out = add_beta.outputs[0]
-        if not self.can_replace(graph, matched, out):
+        if not self.can_replace(graph, matched, out, same_dims_as=x):
             return False
         if gamma is None:
             gamma = np.ones(norm_dims, np.float32)
