@@ -346,6 +346,22 @@ def test_a_one_value_constant_of_higher_rank_keeps_the_spelling(form):
     assert fused_op not in ops(rt) and ops(rt)[kept] == 1
 
 
+@pytest.mark.parametrize("rank", [0, 4])
+def test_gelu_of_unknown_dims_fuses_only_with_0d_constants(rank):
+    """x's dims unknown at build (a Reshape to a fed shape): a 0-d constant cannot grow the
+    result's rank, a [1, 1, 1, 1] one might, so only the first spelling becomes Gelu."""
+    g = G()
+    x = g.op("Reshape", "x", "shape")
+    a = g.op("Add", g.op("Erf", g.op("Div", x, g.c(1.4142135))), g.c(1.0))
+    g.op("Mul", g.op("Mul", x, a), g.c(np.full((1,) * rank, 0.5)), out="y")
+    model = g.model({"x": (F, [5, 16]), "shape": (TensorProto.INT64, [2])})
+    feeds = {"x": rand(5, 16), "shape": np.array([16, 5], np.int64)}
+    rt = load_and_check(model, feeds)
+    assert rt.graph.values[x].dims is None
+    assert ("Gelu" in ops(rt)) == (rank == 0)
+    assert rt.run(feeds)["y"].shape == (1,) * (rank - 2) + (16, 5)
+
+
 # ---- Attention ----
 
 B, S, H, D = 2, 6, 3, 8

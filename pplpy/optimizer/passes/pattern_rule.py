@@ -159,10 +159,16 @@ class PatternRule(RewriteRule):
         match and is not a graph output (and something reads ``final``); with
         ``same_dims_as``, also whether ``final`` has that value's known dims (the one op
         replacing an element-wise formula of x keeps x's shape, which the formula's
-        broadcasting may not have)."""
-        if same_dims_as is not None and (dims_of(graph, same_dims_as) is None or dims_of(
-                graph, same_dims_as) != dims_of(graph, final)):
-            return False
+        broadcasting may not have).  Where either dims are unknown, one-value constants in
+        the match must be 0-d (which never grow a rank)."""
+        if same_dims_as is not None:
+            x_dims, out_dims = dims_of(graph, same_dims_as), dims_of(graph, final)
+            if x_dims is not None and out_dims is not None:
+                if x_dims != out_dims:
+                    return False
+            elif any(graph.constants[name].ndim and graph.constants[name].size == 1
+                     for node in matched for name in node.inputs if name in graph.constants):
+                return False
         inside = set(matched)
         for node in inside:
             for name in node.outputs:
