@@ -299,6 +299,32 @@ def dims_overflow_the_limit():
 
 
 @case
+def integer_weight_fed_to_matmul():
+    # Without the check, the kernel read the int64 bytes as floats (1.4e-44 ...).
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                       [("x", FLOAT, [2, 3]), ("w", INT64, [3, 4])], [("y", FLOAT, None)])
+    return model, None, pplpy.ShapeError, ['node "mm"', 'input 1 "w" (B) is int64',
+                                           "float32"]
+
+
+@case
+def integer_conv_weight():
+    # Without the check, packing cast the integer constant to float32 silently.
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
+                       [("x", FLOAT, [1, 3, 5, 5])], [("y", FLOAT, None)],
+                       [("w", np.ones((2, 3, 3, 3), np.int32))])
+    return model, None, pplpy.ShapeError, ['node "conv"', 'input 1 "w" (W) is int32']
+
+
+@case
+def integer_gemm_bias():
+    model = make_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="gemm")],
+                       [("x", FLOAT, [2, 3])], [("y", FLOAT, None)],
+                       [("w", np.ones((3, 4), np.float32)), ("b", np.ones(4, np.int64))])
+    return model, None, pplpy.ShapeError, ['node "gemm"', 'input 2 "b" (C) is int64']
+
+
+@case
 def initializer_with_short_data():
     w = numpy_helper.from_array(np.ones(4, np.float32), "w")
     w.raw_data = w.raw_data[:7]

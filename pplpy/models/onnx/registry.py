@@ -12,6 +12,7 @@ without attributes registers without a class.  Ranges are open-ended from ``sinc
 """
 
 import dataclasses
+import functools
 import sys
 import types
 import typing
@@ -228,6 +229,28 @@ def _schema(domain, op_type, opset):
         return onnx.defs.get_schema(op_type, opset, domain)
     except Exception:  # noqa: BLE001 - onnx raises SchemaError; no schema: nothing to check
         return None
+
+
+@functools.lru_cache(maxsize=None)
+def inputs_typed_as_first(domain, op_type, opset):
+    """(names, repeats_from): {position: formal name} of the inputs after the first whose
+    schema type is input 0's type variable (Conv's W and B share X's T; MatMul's B, A's),
+    and, where the last formal input repeats with that type (Concat's, Sum's), the position
+    from which every input does (else None).  Nothing for ops without an ONNX schema
+    (pplpy's own, plugins')."""
+    schema = _schema(normalize_domain(domain), op_type, opset) if domain in (
+        "", "ai.onnx", "ai.onnx.ml") else None
+    if schema is None or not schema.inputs:
+        return {}, None
+    first = schema.inputs[0].type_str
+    if first not in {c.type_param_str for c in schema.type_constraints}:
+        return {}, None  # a fixed type (tensor(int64)): nothing shared
+    same = {i: formal.name for i, formal in enumerate(schema.inputs)
+            if i and formal.type_str == first}
+    last = schema.inputs[-1]
+    repeats = (last.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+               and last.type_str == first and last.is_homogeneous)
+    return same, len(schema.inputs) - 1 if repeats else None
 
 
 def check_attribute_types(node_proto, domain, opset, name=None):

@@ -13,6 +13,7 @@ per inference.
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.op_context import ValueRequired
 from pplpy.errors import PplError, ShapeError, UnsupportedOpError
+from pplpy.models.onnx.registry import inputs_typed_as_first
 
 # Element types and sizes of values worth computing on the host (shape arithmetic).
 HOST_TYPES = (DataType.INT64, DataType.INT32, DataType.BOOL)
@@ -41,10 +42,28 @@ def infer_types(nodes, ops, known):
                     f"(pplnn --cast-to-float32)",
                     nodes=[(node.name, node.domain, node.op_type, node.opset)])
         out_types = op.infer_type(in_types)
+        check_shared_types(node, in_types)
         for name, data_type in zip(node.outputs, out_types):
             if name:
                 known[name] = data_type
     return known
+
+
+def check_shared_types(node, in_types):
+    """ShapeError where an input the op's ONNX schema types like input 0 (Conv's W and B,
+    MatMul's B, every input of Concat) has another element type.  ONNX Runtime refuses such
+    a model; pplpy's kernels would read the input's bytes as input 0's type, and pplpy never
+    casts silently.  Ops without a schema (pplpy's own, plugins' domains) are not checked."""
+    same, repeats_from = inputs_typed_as_first(node.domain, node.op_type, node.opset)
+    for i in range(1, len(in_types)):
+        if in_types[i] is None or in_types[i] is in_types[0]:
+            continue
+        if i in same or (repeats_from is not None and i >= repeats_from):
+            formal = f" ({same[i]})" if i in same else ""
+            raise ShapeError(
+                f'{node.describe()}: input {i} "{node.inputs[i]}"{formal} is {in_types[i]}, '
+                f"but {node.op_type} takes it in input 0's type ({in_types[0]}): cast one "
+                f"of them in the model")
 
 
 def host_evaluable(node, op, types, shapes, values):

@@ -141,7 +141,7 @@ def test_concat_mismatched_types(tmp_path, isa):
         [value_info("a", np.float32, (2,)), value_info("b", np.int64, (2,))],
         [value_info("y", np.float32, None)],
     )
-    with pytest.raises(pplpy.ShapeError, match="input 1 is int64"):
+    with pytest.raises(pplpy.ShapeError, match='input 1 "b" is int64'):
         load(tmp_path, model, isa)
 
 

@@ -49,15 +49,6 @@ class ConcatOp(X86OptKernel):
 
     supported_types = ANY_TYPE
 
-    def infer_type(self, in_types):
-        (data_type,) = super().infer_type(in_types)
-        others = [(i, t) for i, t in enumerate(in_types) if t is not data_type]
-        if others:
-            got = ", ".join(f"input {i} is {t}" for i, t in others)
-            raise ShapeError(f"{self.node.describe()}: all inputs must have input 0's type "
-                             f"{data_type}; {got}")
-        return [data_type]
-
     def infer_shape(self, in_shapes, in_values):
         if any(s is None for s in in_shapes):
             raise self.shape_error("every input must be given (no empty names)", in_shapes)

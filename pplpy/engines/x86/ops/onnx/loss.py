@@ -120,9 +120,6 @@ class LossOp(X86OptKernel):
     def infer_type(self, in_types):
         (scores,) = super().infer_type(in_types)[:1]
         check_index_type(self, in_types, 1, "target")
-        if self.input_present(2) and in_types[2] is not scores:
-            raise ShapeError(f"{self.node.describe()}: input 2 (weight) must be {scores} as "
-                             f"the scores, got {in_types[2]}")
         return [scores] * len(self.node.outputs)
 
     def infer_shape(self, in_shapes, in_values):
