@@ -135,6 +135,43 @@ def test_a_free_dim_only_some_sizes_of_fit_loads_and_runs_at_those(save_model, a
     np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
 
 
+def _free_dims_model(nodes, inputs):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_pooled_free_dim_stays_free(save_model):
+    """The build's two probes of a free dim must not pool to one size (64 and 65 both pool
+    2x2 to 32, which then passed for a static dim and the data-free Transpose became a
+    Reshape to [1, 32, 1, 32]: every run failed)."""
+    m = _free_dims_model(
+        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Transpose", ["p"], ["y"], perm=[0, 2, 1, 3])],
+        [("x", [1, 1, "H", "W"])])
+    rt = pplpy.load(save_model(m), num_threads=1)
+    assert rt.graph.values["p"].dims[2:] != (32, 32)
+    for h, w in ((20, 20), (64, 64), (64, 66), (130, 8)):
+        x = RNG.standard_normal((1, 1, h, w)).astype(np.float32)
+        want = x.reshape(1, 1, h // 2, 2, w // 2, 2).max(axis=(3, 5)).transpose(0, 2, 1, 3)
+        np.testing.assert_array_equal(rt.run({"x": x})["y"], want)
+
+
+def test_two_symbols_at_one_axis_are_two_dims(save_model):
+    """x[N, 4] + z[M, 4]: N and M are probed with different sizes, so the build does not
+    take them for one dim (the element-wise chain then ran on x's shape: N = 1, M = 3
+    failed)."""
+    m = _free_dims_model([helper.make_node("Add", ["x", "z"], ["a"]),
+                          helper.make_node("Relu", ["a"], ["y"])],
+                         [("x", ["N", 4]), ("z", ["M", 4])])
+    rt = pplpy.load(save_model(m), num_threads=1)
+    for n, k in ((1, 3), (3, 1), (3, 3)):
+        x = RNG.standard_normal((n, 4)).astype(np.float32)
+        z = RNG.standard_normal((k, 4)).astype(np.float32)
+        np.testing.assert_array_equal(rt.run({"x": x, "z": z})["y"], np.maximum(x + z, 0))
+
+
 def test_outputs_are_owned_by_the_caller(save_model):
     rt = pplpy.load(save_model(cnn()))
     x = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32)

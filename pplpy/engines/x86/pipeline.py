@@ -18,7 +18,13 @@ from pplpy.optimizer import PassContext
 
 # Free input dims take these values while shapes are inferred at build time; a dim that
 # changes between the two inferences depends on a free dim (see inference.symbolic_dims).
-PROBE_DIMS = (64, 65)
+# Each distinct free dim (by name; an unnamed one by its place) gets its own pair
+# PROBE_DIMS[p] + 2 * slot, so two different symbols never look alike, and the two values of
+# a pair lie PROBE_GAP apart, so that no stride up to it (a ViT patch embedding: 16, 32) takes
+# them to one size (64 and 65 both pool 2x2 to 32, which then passed for a static dim).
+# Small enough to stay below the tables a free dim indexes (positions: 128 and up).
+PROBE_GAP = 33
+PROBE_DIMS = (64, 64 + PROBE_GAP)
 # ``on_pass`` names the graph optimiser's passes (run inside graph_rewrites) "optimizer:<id>".
 OPTIMIZER_PREFIX = "optimizer:"
 
@@ -66,14 +72,19 @@ def infer(state):
     probes, symbols = [], {}
     free = [(name, i, d) for name, dims in state.input_dims.items()
             for i, d in enumerate(dims) if not isinstance(d, int)]
+    slots = {}  # a free dim's symbol (or (input, axis) when unnamed) -> its probe slot
+    for name, i, d in free:
+        slots.setdefault(d if isinstance(d, str) else (name, i), len(slots))
+    for key, slot in slots.items():
+        symbols[(PROBE_DIMS[0] + 2 * slot, PROBE_DIMS[1] + 2 * slot)] = \
+            key if isinstance(key, str) else None
     for probe in range(2 if free else 1):
         dims = {}
         for name, declared in state.input_dims.items():
-            dims[name] = tuple(d if isinstance(d, int) else PROBE_DIMS[probe] + 2 * k
-                               for k, d in enumerate(declared))
-        for k, (name, i, d) in enumerate(free):
-            symbols[(PROBE_DIMS[0] + 2 * i, PROBE_DIMS[1] + 2 * i)] = d if isinstance(d, str) \
-                else None
+            dims[name] = tuple(
+                d if isinstance(d, int) else
+                PROBE_DIMS[probe] + 2 * slots[d if isinstance(d, str) else (name, k)]
+                for k, d in enumerate(declared))
         shapes = {name: tuple(v.shape) for name, v in graph.constants.items()}
         shapes.update(dims)
         values = dict(graph.constants)
