@@ -244,6 +244,20 @@ def test_concat_of_slices_with_a_gap_is_kept(save_model):
     assert types == ["Slice", "Slice", "Concat"]
 
 
+@pytest.mark.parametrize("bounds", [[(0, 2), (2, 1)], [(3, -3), (0, 1), (1, 2)],
+                                    [(1, 0), (0, 1), (1, 2)]])
+def test_concat_of_slices_one_of_them_empty_keeps_every_row(save_model, bounds):
+    """An empty slice (its clamped end before its start: x[2:1]) looks adjacent to its
+    neighbours; one Slice from the first start to the last end would drop rows."""
+    nodes, inits, parts = [], {"ax": np.array([0])}, []
+    for i, (s, e) in enumerate(bounds):
+        inits.update({f"s{i}": np.array([s]), f"e{i}": np.array([e])})
+        nodes.append(helper.make_node("Slice", ["x", f"s{i}", f"e{i}", "ax"], [f"p{i}"]))
+        parts.append(f"p{i}")
+    nodes.append(helper.make_node("Concat", parts, ["y"], axis=0))
+    run(save_model, model(nodes, [("x", [2, 5])], inits), {"x": rand(2, 5)})
+
+
 @pytest.mark.parametrize("keepdims", [1, 0])
 @pytest.mark.parametrize("opset", [13, 18])
 def test_reduce_mean_over_spatial_axes_is_global_average_pool(save_model, keepdims, opset):
@@ -354,6 +368,19 @@ def test_expand_that_grows_the_result_is_kept(save_model):
     m = model(nodes, [("x", [3, 1])], {"shape": np.array([3, 4]), "b": rand(3, 1)})
     types, _ = run(save_model, m, {"x": rand(3, 1)}, passes=["expand_to_broadcast"])
     assert types == ["Expand", "Add"]
+
+
+@pytest.mark.parametrize("op, reps", [("Expand", [4, 3]), ("Tile", [4, 1])])
+@pytest.mark.parametrize("reader", ["Add(e, e)", "Sum(e, b, e)"])
+def test_expand_read_twice_by_one_node_is_kept(save_model, op, reps, reader):
+    """Each use alone broadcasts back to [4, 3], both together do not: x[1, 3] + x[1, 3]."""
+    inputs = ["e", "e"] if reader == "Add(e, e)" else ["e", "b", "e"]
+    nodes = [helper.make_node(op, ["x", "reps"], ["e"]),
+             helper.make_node(reader[:3], inputs, ["y"])]
+    m = model(nodes, [("x", [1, 3]), ("b", [1, 3])], {"reps": np.array(reps)})
+    types, _ = run(save_model, m, {"x": rand(1, 3), "b": rand(1, 3)},
+                   passes=["expand_to_broadcast", ("dead_code_elimination", "once")])
+    assert types == [op, reader[:3]]
 
 
 # -- property: random element-wise and transpose graphs ---------------------------------------

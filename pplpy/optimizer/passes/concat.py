@@ -104,6 +104,8 @@ class OptimizeConcats(RewriteRule):
         source = ranges[0][0]
         if any(r[0] != source for r in ranges):
             return False
+        if any(start > end for _, start, end in ranges):
+            return False  # an empty slice (end before start) breaks the start-to-end join
         if any(a[2] != b[1] for a, b in zip(ranges, ranges[1:])):
             return False  # not adjacent
         start, end = ranges[0][1], ranges[-1][2]

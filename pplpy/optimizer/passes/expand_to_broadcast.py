@@ -49,16 +49,22 @@ class ExpandToBroadcast(RewriteRule):
         src = static_dims(graph, node.inputs[0])
         if src is None:
             return False
+        # A reader may read the expanded value at several inputs (Add(e, e), Sum(e, y, e)):
+        # all of them become the unexpanded input at once, so check them together.
+        readers = {}
         for reader, index in uses:
+            readers.setdefault(id(reader), (reader, []))[1].append(index)
+        for reader, indices in readers.values():
             if reader.domain != "" or reader.op_type not in BROADCASTING:
                 return False
-            if reader.op_type == "PRelu" and index != 0:
+            if reader.op_type == "PRelu" and indices != [0]:
                 return False  # the slope broadcasts to X only one way
             shapes = [static_dims(graph, name) for name in reader.inputs]
             if any(s is None for s in shapes):
                 return False
             before = _broadcast(shapes)
-            shapes[index] = src
+            for index in indices:
+                shapes[index] = src
             if before is None or _broadcast(shapes) != before:
                 return False
         return True
