@@ -227,8 +227,10 @@ def fuse_post_ops(graph, ops):
                 break
             entry, operands = found
             result = reader.outputs[0]
-            graph.remove_node(reader)
+            # Output first: removing the reader first would forget the record (type, dims,
+            # format) of a result nothing reads (a pipeline without dead-code elimination).
             graph.set_output(node, 0, result)
+            graph.remove_node(reader)
             if operands:
                 entry = dataclasses.replace(entry, **{
                     field: _append_operand(graph, node, op, name)

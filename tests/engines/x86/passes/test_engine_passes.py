@@ -1,6 +1,7 @@
 """Each engine pass on a small graph: what it guarantees to the next one."""
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -114,6 +115,25 @@ def test_fused_and_unfused_builds_agree(save_model):
     assert len(fused.graph.nodes) < len(unfused.graph.nodes)
     np.testing.assert_allclose(fused.run({"x": x})["y"], unfused.run({"x": x})["y"],
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("producer", ["MaxPool", "Conv"])
+@pytest.mark.parametrize("passes", [[], ["cse"]])
+def test_an_activation_nothing_reads_fuses_and_keeps_its_record(save_model, producer, passes):
+    """A pipeline without dead-code elimination leaves a LeakyRelu nothing reads; fused into
+    its producer, its output keeps type, dims and format (it lost them, and the plan
+    failed on a value without a type)."""
+    first = (helper.make_node("Conv", ["x", "w"], ["a"]) if producer == "Conv"
+             else helper.make_node("MaxPool", ["x"], ["a"], kernel_shape=[1, 1]))
+    m = model([first, helper.make_node("LeakyRelu", ["a"], ["dead"]),
+               helper.make_node("Relu", ["x"], ["y"])],
+              {"w": RNG.standard_normal((5, 3, 1, 1)).astype(np.float32)} if producer == "Conv"
+              else {})
+    x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    rt = pplpy.load(save_model(m), num_threads=1, passes=passes)
+    assert "LeakyRelu" not in [n.op_type for n in rt.graph.nodes]
+    assert rt.graph.values["dead"].dims is not None
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], np.maximum(x, 0))
 
 
 def test_constant_subgraphs_fold_before_formats(save_model):
