@@ -138,6 +138,21 @@ def test_gpt2_layer_gelu_twin(tmp_path):
     assert op_counts(saved)["pplpy::Gelu"] == 1
 
 
+@pytest.mark.parametrize("opset", [11, 17, 20])
+def test_swish_twin(tmp_path, opset):
+    """A SiLU no producer takes (it reads a graph input) is recognised as Swish (opset 24):
+    in an older model it is written as pplpy::Swish, and the model keeps its opset."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [2, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    x = np.linspace(-4, 4, 10, dtype=np.float32).reshape(2, 5)
+    saved, _ = save_and_reload(tmp_path, model, {"x": x})
+    assert op_counts(saved) == {"pplpy::Swish": 1}
+    assert {o.domain: o.version for o in saved.opset_import}[""] == opset
+
+
 def test_hand_written_fused_conv(tmp_path):
     """A pplpy::Conv written by hand with a post-op reads as Conv then that activation."""
     rng = np.random.default_rng(5)

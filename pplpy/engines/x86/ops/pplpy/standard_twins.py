@@ -7,8 +7,9 @@ Two cases need one:
   into its epilogue (``op.post_ops``): written as ``pplpy::Conv`` etc. with the op's own
   attributes plus the post-op attributes of ops/post_op_attributes.py;
 - a node the graph optimiser wrote at an opset newer than the model imports (Gelu is opset
-  20, LayerNormalization 17, Attention 23, RMSNormalization 23, HardSwish 14 whatever the
-  model says): written as ``pplpy::Gelu`` etc., so the model keeps its own ai.onnx opset.
+  20, LayerNormalization 17, Attention 23, RMSNormalization 23, HardSwish 14, Swish 24
+  whatever the model says): written as ``pplpy::Gelu`` etc., so the model keeps its own
+  ai.onnx opset.
 
 ``pplpy::<Op>`` version 1 means the ONNX op at the opset of ``TWINS`` (its attributes are
 parsed by that op's parser); its op context is the standard op's class, which it reuses,
@@ -31,7 +32,7 @@ from pplpy.errors import ModelError
 from pplpy.engines.x86.passes.fuse_post_ops import RUN_PRODUCERS
 from pplpy.models.onnx.registry import attribute_values, find_parser
 from pplpy.optimizer.passes.recognize_attention import ATTENTION_OPSET
-from pplpy.optimizer.passes.recognize_gelu import GELU_OPSET, HARD_SWISH_OPSET
+from pplpy.optimizer.passes.recognize_gelu import GELU_OPSET, HARD_SWISH_OPSET, SWISH_OPSET
 from pplpy.optimizer.passes.recognize_layer_norm import LAYER_NORM_OPSET, RMS_NORM_OPSET
 from pplpy.params.x86 import FusedParam
 
@@ -57,6 +58,7 @@ TWINS = {
     "MatMul": Twin(LATEST_OPSET, True),
     "Gelu": Twin(GELU_OPSET, False),
     "HardSwish": Twin(HARD_SWISH_OPSET, False),
+    "Swish": Twin(SWISH_OPSET, False),
     "LayerNormalization": Twin(LAYER_NORM_OPSET, False),
     "RMSNormalization": Twin(RMS_NORM_OPSET, False),
     "Attention": Twin(ATTENTION_OPSET, False),
