@@ -27,6 +27,10 @@ CASES = {
                        True, True, 11),
     "output_shape": ((4, 4), (C, 5, 3, 3), dict(strides=[3, 2], output_shape=[12, 9]), False,
                      True, 17),
+    # output_shape past the full size (13 and 14 of 13): output padding at the end
+    "output_shape_past_full": ((5, 5), (C, 5, 1, 1), dict(strides=[3, 3],
+                                                          output_shape=[15, 14]), True, True,
+                               17),
     "same_upper": ((5, 6), (C, 6, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER"), True,
                    True, 17),
     "same_lower": ((5, 6), (C, 6, 4, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER"), True,

@@ -10,8 +10,10 @@ may run in its kernel as a post-op chain (passes/fuse_post_ops.py; ``op.post_ops
 Output size and pads follow the operator's spec: with output_shape (or auto_pad SAME_*,
 which asks for input * stride) the total padding
     stride * (in - 1) + output_padding + (kernel - 1) * dilation + 1 - output_shape
-is split in two, the odd cell at the end for SAME_UPPER and at the beginning otherwise;
-explicit pads are then ignored.  Without it the output is that expression minus the pads.
+is split in two, the odd cell at the end for SAME_UPPER and at the beginning otherwise
+(without auto_pad, a negative total, an output_shape above the full size, is output padding
+at the end, as ONNX Runtime and onnx.reference compute it); explicit pads are then ignored.
+Without it the output is that expression minus the pads.
 """
 
 import numpy as np
@@ -119,8 +121,12 @@ class ConvTransposeOp(X86OptKernel):
             total = [f - o for f, o in zip(full, out_shape)]
             if auto_pad == "SAME_UPPER":
                 begin = tuple(t // 2 for t in total)
-            else:
+            elif auto_pad == "SAME_LOWER":
                 begin = tuple(t - t // 2 for t in total)
+            else:
+                # An output_shape above the full size (total < 0) asks for output padding,
+                # which goes at the end (ONNX Runtime, the reference, PyTorch's output_size).
+                begin = tuple(max(t, 0) - max(t, 0) // 2 for t in total)
             out = tuple(out_shape)
         else:
             pads = p.pads if auto_pad == "NOTSET" else None
