@@ -110,7 +110,10 @@ def resolve_pads(in_spatial, kernel, strides, dilations, pads, auto_pad, ceil_mo
         n, s, ek = in_spatial[axis], strides[axis], eff_kernel[axis]
         pb, pe = pads_begin[axis], pads_end[axis]
         span = n + pb + pe - ek
-        if span < 0:
+        # With ceil_mode a window larger than the padded input still has a first position
+        # (ONNX's ceil((in + pads - ek) / s) + 1 is 1 for -s < span < 0): it sees the
+        # whole input, as in ONNX Runtime and onnx.reference.
+        if span < 0 and not (ceil_mode and span > -s):
             raise ValueError(
                 f"spatial axis {axis}: input size {n} + pads ({pb}, {pe}) is smaller than the "
                 f"effective kernel {ek} (kernel {kernel[axis]}, dilation {dilations[axis]}): "

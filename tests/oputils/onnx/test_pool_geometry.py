@@ -58,15 +58,16 @@ def window_cases(draw):
 
 
 def _window_larger_than_padded_input(case):
-    _, in_spatial, kernel, strides, dilations, pads, auto_pad, _ = case
+    """A window with no position: larger than the padded input (with ceil_mode, by a stride
+    or more: ceil((in + pads - ek) / s) + 1 is 1 for a shortfall under a stride)."""
+    _, in_spatial, kernel, strides, dilations, pads, auto_pad, ceil_mode = case
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         return False
     rank = len(in_spatial)
     pads = pads if pads is not None and auto_pad == "NOTSET" else (0,) * (2 * rank)
-    return any(
-        in_spatial[a] + pads[a] + pads[rank + a] < (kernel[a] - 1) * dilations[a] + 1
-        for a in range(rank)
-    )
+    short = [(kernel[a] - 1) * dilations[a] + 1 - (in_spatial[a] + pads[a] + pads[rank + a])
+             for a in range(rank)]
+    return any(s > 0 and not (ceil_mode and s < strides[a]) for a, s in enumerate(short))
 
 
 @settings(derandomize=True, deadline=None, max_examples=400)

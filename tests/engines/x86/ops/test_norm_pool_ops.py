@@ -50,6 +50,14 @@ CASES = {
     "softmax_coerced": ([node("Softmax", axis=2)], {}, {}, 11, False, "coerced"),
     "max_pool": ([node("MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1],
                        ceil_mode=1)], {}, {}, 17, True, "onnx"),
+    # ceil_mode: a window wider than the input by less than a stride has one position.
+    "max_pool_window_past_input": ([node("MaxPool", kernel_shape=[2, 9], strides=[2, 3],
+                                         ceil_mode=1)], {}, {}, 17, True, "onnx"),
+    # (kernel [11, 2], strides [3, 2]: onnx.reference 1.23 averages a wrong window there;
+    # pplpy and ONNX Runtime give the mean of the 9 x 2 cells)
+    "average_pool_window_past_input": ([node("AveragePool", kernel_shape=[10, 1],
+                                             strides=[3, 1], ceil_mode=1)], {}, {}, 17, True,
+                                       "onnx"),
     "max_pool_dilated": ([node("MaxPool", kernel_shape=[2, 3], strides=[1, 2],
                                dilations=[2, 1], pads=[1, 1, 1, 1])], {}, {}, 17, True, "onnx"),
     "max_pool_indices": ([node("MaxPool", outputs=["y", "i"], kernel_shape=[2, 2],
