@@ -385,6 +385,23 @@ def gemm_inner_dims_differ():
 
 
 @case
+def transpose_perm_past_the_rank():
+    # perm entries were taken modulo the rank: [0, 5] ran as [0, 1] on a free dim.
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], name="tr", perm=[0, 5])],
+                       [("x", FLOAT, ["N", 3])], [("y", FLOAT, None)])
+    return (model, {"x": np.ones((2, 3), np.float32)}, pplpy.ShapeError,
+            ['node "tr"', "perm [0, 5] is not a permutation of 2 axes"])
+
+
+@case
+def transpose_perm_past_the_rank_of_fixed_dims():
+    # The optimiser indexed the dims with it before shape inference: an InternalError.
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], name="tr", perm=[2, 1])],
+                       [("x", FLOAT, [2, 3])], [("y", FLOAT, None)])
+    return model, None, pplpy.ShapeError, ['node "tr"', "not a permutation"]
+
+
+@case
 def reshape_to_a_different_size():
     model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")],
                        [("x", FLOAT, [2, 3])], [("y", FLOAT, None)],

@@ -40,9 +40,14 @@ BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "L
 def perm_of(graph, node):
     """The Transpose's perm as a tuple, or None when its input rank is unknown."""
     perm = node.param.perm if node.param is not None else None
-    if perm is not None:
-        return tuple(int(p) for p in perm)
     r = rank(graph, node.inputs[0])
+    if perm is not None:
+        perm = tuple(int(p) for p in perm)
+        # Leave a perm that is not one of the input's axes to shape inference, which names
+        # the node; rewriting it would index outside the dims.
+        if sorted(perm) != list(range(len(perm))) or (r is not None and len(perm) != r):
+            return None
+        return perm
     return None if r is None else tuple(range(r - 1, -1, -1))
 
 

@@ -89,7 +89,8 @@ def transpose_shape(in_shape, perm):
     if perm is None:
         perm = tuple(reversed(range(rank)))
     perm = tuple(int(p) for p in perm)
-    if sorted(p % rank if rank else p for p in perm) != list(range(rank)) or len(perm) != rank:
+    if (len(perm) != rank or any(not -rank <= p < rank for p in perm)
+            or sorted(p % rank for p in perm) != list(range(rank))):
         raise ValueError(f"perm {list(perm)} is not a permutation of {rank} axes")
     perm = tuple(p % rank for p in perm)
     return tuple(in_shape[p] for p in perm), perm

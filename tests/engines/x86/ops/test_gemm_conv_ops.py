@@ -91,7 +91,8 @@ def test_gemm_sigmoid(isa, constant_b, trans_a, trans_b, c_shape, tmp_path):
 @pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 17, 40), (3, 40, 33)),
                                              ((4, 17, 40), (40, 33)), ((40,), (2, 40, 33)),
                                              ((2, 1, 5, 40), (1, 3, 40, 1)),
-                                             ((1, 2048), (2048, 1000)), ((40,), (40,))])
+                                             ((1, 2048), (2048, 1000)), ((40,), (40,)),
+                                             ((4, 0), (0, 20)), ((2, 4, 0), (2, 0, 5))])
 def test_matmul(isa, constant_b, a_shape, b_shape, tmp_path):
     b = rand(*b_shape)
     nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]

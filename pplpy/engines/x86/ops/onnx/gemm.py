@@ -85,7 +85,7 @@ class MatMulKernel(X86Kernel):
             impl = self.impl("gemm_fp32")
             b = np.ascontiguousarray(b, np.float32)
             b2 = b.reshape(-1, 1) if b.ndim == 1 else b
-            entries = b2.reshape((-1,) + b2.shape[-2:])
+            entries = b2.reshape((int(np.prod(b2.shape[:-2])),) + b2.shape[-2:])
             if len(entries):  # (no entries: every output is empty, no step is made)
                 self.packed_b = np.stack([impl.gemm_pack_b(e, False) for e in entries])
         self.post_chain = PostChain(op)
