@@ -260,6 +260,33 @@ def test_input_errors(save_model):
         rt.run({"x": np.zeros((2, 3, 8, 8), np.float32)})
     with pytest.raises(pplpy.InputError, match="dict"):
         rt.run([x])
+    with pytest.raises(pplpy.InputError, match="output_names must be a list"):
+        rt.run({"x": x}, output_names=5)
+
+
+def test_a_feed_too_big_to_copy_is_an_input_error(save_model):
+    """A non-contiguous feed is copied to C order before the run: out of memory there is
+    the feed's error, and the runtime runs on."""
+    rt = pplpy.load(save_model(make_model([helper.make_node("Relu", ["x"], ["y"])],
+                                          [("x", FLOAT, ["N", 4])], [("y", FLOAT, None)])))
+    with pytest.raises(pplpy.InputError, match='input "x": out of memory'):
+        rt.run({"x": np.broadcast_to(np.float32(1), (1 << 40, 4))})  # 16 TiB
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 4
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], np.maximum(x, 0))
+
+
+def test_bad_load_options_are_pplpy_errors(save_model, tmp_path):
+    path = save_model(make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", FLOAT, [4])],
+                                 [("y", FLOAT, None)]))
+    with pytest.raises(pplpy.PplError, match="plan_cache_size must be a whole number"):
+        pplpy.load(path, plan_cache_size="x")
+    binary = tmp_path / "p.yaml"
+    binary.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(pplpy.PplError, match="cannot read pass pipeline") as info:
+        pplpy.load(path, passes=str(binary))
+    assert not isinstance(info.value, pplpy.InternalError)
+    with pytest.raises(pplpy.PplError, match="YAML file's path or a list"):
+        pplpy.load(path, passes=0)  # not stdin's file descriptor
 
 
 def test_in_shapes_fix_free_dims_and_are_checked(save_model):

@@ -22,6 +22,7 @@ rounds, changes, node counts and what the pass says it did), so ``pplnn --pass-l
 say what each pass changed.
 """
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -216,10 +217,13 @@ def load_pipeline(source):
     """A pipeline from a YAML file path, or from a list of entries (see ``as_config``)."""
     if isinstance(source, (list, tuple)):
         return tuple(as_config(e) for e in source)
+    if not isinstance(source, (str, os.PathLike)):  # an int would be read as a file descriptor
+        raise PplError(f"passes must be a YAML file's path or a list of entries, got "
+                       f"{type(source).__name__} {source!r}")
     try:
-        with open(source) as f:
+        with open(source, encoding="utf-8") as f:
             entries = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise PplError(f"cannot read pass pipeline {str(source)!r}: {exc}") from exc
     if not isinstance(entries, list):
         raise PplError(f"pass pipeline {str(source)!r} must be a YAML list of entries like "

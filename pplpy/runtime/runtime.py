@@ -33,7 +33,12 @@ DEFAULT_PLAN_CACHE_SIZE = 8
 class Runtime:
     def __init__(self, result, plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, override=None,
                  value_feeds=None):
-        if int(plan_cache_size) < 1:
+        try:
+            plan_cache_size = int(plan_cache_size)
+        except (TypeError, ValueError):
+            raise PplError(f"plan_cache_size must be a whole number >= 1, got "
+                           f"{plan_cache_size!r}") from None
+        if plan_cache_size < 1:
             raise PplError(f"plan_cache_size must be >= 1, got {plan_cache_size}")
         self._result = result
         self._graph = result.graph
@@ -184,7 +189,12 @@ class Runtime:
             return None
         if isinstance(output_names, str):
             output_names = [output_names]
-        names = list(output_names)
+        try:
+            names = list(output_names)
+        except TypeError:
+            raise InputError(f"output_names must be a list of output names, got "
+                             f"{type(output_names).__name__}; the model's outputs are "
+                             f"{self.output_names}") from None
         unknown = [n for n in names if n not in self.output_names]
         if unknown:
             raise InputError(f"unknown output(s) {unknown}; the model's outputs are "
@@ -229,7 +239,14 @@ class Runtime:
                     raise InputError(f'input "{info.name}": expected shape {declared}, got '
                                      f"{list(array.shape)}")
             # np.ascontiguousarray would make a rank-0 feed (1,): rank-0 in, rank-0 out.
-            arrays[info.name] = array if array.flags.c_contiguous else array.copy(order="C")
+            if not array.flags.c_contiguous:
+                try:
+                    array = array.copy(order="C")
+                except MemoryError as exc:
+                    raise InputError(f'input "{info.name}": out of memory copying the '
+                                     f"non-contiguous {array.dtype} {list(array.shape)} feed "
+                                     f"to C order; check its shape") from exc
+            arrays[info.name] = array
         return arrays
 
 

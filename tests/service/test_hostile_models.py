@@ -347,6 +347,13 @@ def unsupported_op():
 
 
 @case
+def cast_to_a_number_that_is_no_type():
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], name="c", to=999)],
+                       [("x", FLOAT, [2])], [("y", FLOAT, None)])
+    return model, None, pplpy.UnsupportedOpError, ['node "c"', "999 (not an ONNX"]
+
+
+@case
 def unsupported_opset():
     model = make_model([helper.make_node("Relu", ["x"], ["y"], name="old_relu")],
                        [("x", FLOAT, [2])], [("y", FLOAT, None)], opset=5)

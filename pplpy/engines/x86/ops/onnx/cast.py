@@ -60,8 +60,12 @@ class CastBase(X86OptKernel):
     def check(self, source, target, target_code):
         for what, t, code in (("input", source, None), ("target", target, target_code)):
             if t not in CAST_TYPES:
-                name = (TensorProto.DataType.Name(code) if t is None and code is not None
-                        else str(t))
+                name = str(t)
+                if t is None and code is not None:
+                    try:
+                        name = TensorProto.DataType.Name(code)
+                    except ValueError:  # not an ONNX type number at all
+                        name = f"{code} (not an ONNX TensorProto type)"
                 raise self.unsupported(f"{what} type {name} is not supported (pplpy casts "
                                        f"between {', '.join(str(c) for c in CAST_TYPES)})")
         return [target]
