@@ -10,7 +10,6 @@ from pplpy.engines.x86.ops.canned import ANY_TYPE
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.onnx.shape import DataMovementKernel, keep_arrays
 from pplpy.engines.x86.ops.op_context import X86OptKernel
-from pplpy.errors import ShapeError
 from pplpy.oputils.onnx.shape_functions import concat_shape, normalize_axis
 from pplpy.params.onnx import ConcatParam
 

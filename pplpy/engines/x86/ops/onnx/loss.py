@@ -29,7 +29,7 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.onnx.movement_common import check_index_type, prod
 from pplpy.engines.x86.ops.op_context import X86OptKernel
-from pplpy.errors import ModelError, ShapeError
+from pplpy.errors import ModelError
 from pplpy.models.onnx.registry import generic_parse
 from pplpy.params.onnx import LossParam
 from pplpy.runtime.step import PythonStep
