@@ -409,6 +409,26 @@ def transpose_perm_past_the_rank_of_fixed_dims():
 
 
 @case
+def conv_fed_zero_channels():
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
+                       [("x", FLOAT, [1, "C", 4, 4])], [("y", FLOAT, None)],
+                       [("w", np.zeros((2, 0, 3, 3), np.float32))])
+    return (model, {"x": np.zeros((1, 0, 4, 4), np.float32)}, pplpy.UnsupportedOpError,
+            ['node "conv"', "0 input channels"])
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_a_global_pool_over_an_empty_extent_is_a_shape_error(op):
+    model = make_model([helper.make_node(op, ["x"], ["y"], name="gp")],
+                       [("x", FLOAT, [1, 16, "H", 4])], [("y", FLOAT, None)])
+    rt = pplpy.load(model.SerializeToString(), num_threads=1)
+    with pytest.raises(pplpy.ShapeError, match="of an empty spatial extent is undefined"):
+        rt.run({"x": np.zeros((1, 16, 0, 4), np.float32)})
+    x = np.ones((1, 16, 2, 4), np.float32)
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], np.ones((1, 16, 1, 1), np.float32))
+
+
+@case
 def reshape_to_a_different_size():
     model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")],
                        [("x", FLOAT, [2, 3])], [("y", FLOAT, None)],

@@ -226,6 +226,8 @@ class ConvOp(X86OptKernel):
                                    f"W's {list(w[2:])}", in_shapes)
         if len(in_shapes) > 2 and in_shapes[2] is not None and tuple(in_shapes[2]) != (w[0],):
             raise self.shape_error(f"B must have shape [{w[0]}]", in_shapes)
+        if x[1] == 0:  # (ONNX: B alone; no kernel sums over nothing)
+            raise self.unsupported("a convolution over 0 input channels is not supported")
         out_spatial, _, _ = self.geometry(x, w)
         return [(x[0], w[0]) + tuple(out_spatial)]
 

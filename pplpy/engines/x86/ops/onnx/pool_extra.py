@@ -14,32 +14,19 @@ import numpy as np
 
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
-from pplpy.engines.x86.ops.canned import follow_input_format
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
-from pplpy.engines.x86.ops.onnx.pooling import GlobalPoolKernel, WindowPoolOp, _physical
+from pplpy.engines.x86.ops.onnx.pooling import GlobalPoolOp, WindowPoolOp, _physical
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.errors import ShapeError
 from pplpy.params.onnx import LpPoolParam, MaxUnpoolParam
 
 
 @op("", "GlobalMaxPool", since=1)
-class GlobalMaxPoolOp(X86OptKernel):
+class GlobalMaxPoolOp(GlobalPoolOp):
     """y[n, c] = max of x[n, c, ...], keeping size-1 spatial dims."""
 
-    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
-    select_format = follow_input_format
-
-    def infer_shape(self, in_shapes, in_values):
-        shape = in_shapes[0]
-        if len(shape) < 3:
-            raise self.shape_error("input must be (N, C, spatial...)", in_shapes)
-        if any(d == 0 for d in shape[2:]):
-            raise self.shape_error("the max of an empty spatial extent is undefined", in_shapes)
-        return [tuple(shape[:2]) + (1,) * (len(shape) - 2)]
-
-    def create_kernel(self):
-        return GlobalPoolKernel(self, "max")
+    reduction = "max"
 
 
 class LpPoolKernel(X86Kernel):

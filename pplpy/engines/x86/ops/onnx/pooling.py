@@ -153,18 +153,29 @@ class AveragePoolOp(WindowPoolOp):
         return AveragePoolKernel(self)
 
 
-@op("", "GlobalAveragePool", since=1)
-class GlobalAveragePoolOp(X86OptKernel):
-    """y[n, c] = mean of x[n, c, ...], keeping size-1 spatial dims."""
+class GlobalPoolOp(X86OptKernel):
+    """y[n, c] = ``reduction`` of x[n, c, ...], keeping size-1 spatial dims."""
 
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
     select_format = follow_input_format
+    reduction = None  # "avg" or "max": GlobalPoolKernel's kind
 
     def infer_shape(self, in_shapes, in_values):
         shape = in_shapes[0]
         if len(shape) < 3:
             raise self.shape_error("input must be (N, C, spatial...)", in_shapes)
+        if any(d == 0 for d in shape[2:]):
+            what = "mean" if self.reduction == "avg" else self.reduction
+            raise self.shape_error(f"the {what} of an empty spatial extent is undefined",
+                                   in_shapes)
         return [tuple(shape[:2]) + (1,) * (len(shape) - 2)]
 
     def create_kernel(self):
-        return GlobalPoolKernel(self, "avg")
+        return GlobalPoolKernel(self, self.reduction)
+
+
+@op("", "GlobalAveragePool", since=1)
+class GlobalAveragePoolOp(GlobalPoolOp):
+    """y[n, c] = mean of x[n, c, ...], keeping size-1 spatial dims."""
+
+    reduction = "avg"
