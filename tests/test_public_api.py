@@ -297,6 +297,10 @@ def test_in_shapes_fix_free_dims_and_are_checked(save_model):
         pplpy.load(path, in_shapes={"x": (4, 3, 9, 9)})
     with pytest.raises(pplpy.InputError, match="unknown input"):
         pplpy.load(path, in_shapes={"nope": (1,)})
+    with pytest.raises(pplpy.InputError, match="in_shapes must be integers"):
+        pplpy.load(path, in_shapes={"x": (1.5, 3, 8, 8)})  # not truncated to 1
+    with pytest.raises(pplpy.InputError, match="pplpy's limit for one tensor"):
+        pplpy.load(path, in_shapes={"x": (1 << 40, 3, 8, 8)})
 
 
 def test_reshape_shape_fed_at_run_time(save_model):

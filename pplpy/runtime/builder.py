@@ -8,6 +8,8 @@ Every failure is a PplError: a Python exception from inside (a plugin's shape fu
 MemoryError while folding constants) is wrapped by ``pplpy.errors.guard``.
 """
 
+import math
+import operator
 import threading
 
 import numpy as np
@@ -16,7 +18,7 @@ from pplpy.engines.x86.engine import X86Engine
 from pplpy.engines.x86.ops.declare import registered_ops
 from pplpy.errors import InputError, ModelError, PplError, UnsupportedOpError, guard
 from pplpy.ir import all_nodes
-from pplpy.models.onnx.model_parser import load_model_proto, parse_model
+from pplpy.models.onnx.model_parser import MAX_TENSOR_BYTES, load_model_proto, parse_model
 from pplpy.models.onnx.registry import parser_entries
 from pplpy.optimizer import PassManager
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
@@ -165,9 +167,9 @@ def _build_dims(graph, in_shapes):
     dims = {}
     for info in graph.inputs:
         if info.name in given:
-            try:
-                shape = tuple(int(d) for d in given[info.name])
-            except (TypeError, ValueError) as exc:
+            try:  # operator.index: 1.5 is refused, not truncated to 1
+                shape = tuple(operator.index(d) for d in given[info.name])
+            except TypeError as exc:
                 raise InputError(f'input "{info.name}": in_shapes must be integers, got '
                                  f"{given[info.name]!r}") from exc
             if info.dims is not None and (
@@ -178,6 +180,10 @@ def _build_dims(graph, in_shapes):
                                  f"declared {list(info.dims)}")
             if any(s < 0 for s in shape):
                 raise InputError(f'input "{info.name}": negative dim in {list(shape)}')
+            if info.data_type is not None and (
+                    info.data_type.itemsize * math.prod(shape) > MAX_TENSOR_BYTES):
+                raise InputError(f'input "{info.name}": in_shapes {list(shape)} need more than '
+                                 f"{MAX_TENSOR_BYTES} bytes, pplpy's limit for one tensor")
             dims[info.name] = shape
             info.dims = shape
             graph.value(info.name).dims = shape
