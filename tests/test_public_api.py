@@ -287,6 +287,11 @@ def test_bad_load_options_are_pplpy_errors(save_model, tmp_path):
     assert not isinstance(info.value, pplpy.InternalError)
     with pytest.raises(pplpy.PplError, match="YAML file's path or a list"):
         pplpy.load(path, passes=0)  # not stdin's file descriptor
+    for bad in (0, 10 ** 6):  # a million threads took minutes to make
+        with pytest.raises(pplpy.PplError, match="num_threads must be between 1 and 1024"):
+            pplpy.load(path, num_threads=bad)
+    with pytest.raises(pplpy.PplError, match="num_threads must be a whole number"):
+        pplpy.load(path, num_threads="two")
 
 
 def test_in_shapes_fix_free_dims_and_are_checked(save_model):

@@ -11,6 +11,7 @@ whether values share arena memory; ``bind_threads`` binds each worker thread of 
 one CPU (see ``pplpy/runtime/pplpy_pool.h``).
 """
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,9 @@ from pplpy.runtime.step import run_steps
 # own region of the arena (no reuse: larger, but a step never writes memory a value read
 # shortly before used, which can help caches and threads on wide models).
 MM_POLICIES = ("mem", "perf")
+# A team is made of OS threads, each with its scratch: far more than any machine's CPUs only
+# costs memory and start-up (10**6 threads took minutes to make, then failed).
+MAX_NUM_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,13 @@ class X86Engine:
                  bind_threads=True):
         if num_threads is None:
             num_threads = physical_cores()
-        if int(num_threads) < 1:
-            raise PplError(f"num_threads must be >= 1, got {num_threads}")
+        try:
+            num_threads = operator.index(num_threads)
+        except TypeError:
+            raise PplError(f"num_threads must be a whole number, got {num_threads!r}") from None
+        if not 1 <= num_threads <= MAX_NUM_THREADS:
+            raise PplError(f"num_threads must be between 1 and {MAX_NUM_THREADS}, got "
+                           f"{num_threads}")
         if mm_policy not in MM_POLICIES:
             raise PplError(f"mm_policy must be one of {', '.join(MM_POLICIES)}, got "
                            f"{mm_policy!r}")
