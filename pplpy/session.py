@@ -217,13 +217,19 @@ class InferenceSession:
     def run(self, output_names, input_feed, run_options=None):
         """Run the model: returns the outputs named by ``output_names`` (all when None or
         empty), in that order, as a list of numpy arrays."""
+        if isinstance(output_names, str):  # one name, as Runtime.run takes it
+            output_names = [output_names]
+        names = list(output_names) if output_names else None
         rt = self._acquire()
         try:
-            names = list(output_names) if output_names else None
-            outputs = rt.run(input_feed, names)
+            # Runtime.run returns a dict: ask for each name once, then answer every name
+            # asked for, repeats included, in order (as ONNX Runtime does).
+            outputs = rt.run(input_feed, list(dict.fromkeys(names)) if names else None)
         finally:
             self._release(rt)
-        return list(outputs.values())
+        if names is None:
+            return list(outputs.values())
+        return [outputs[name] for name in names]
 
     def _acquire(self):
         with self._cond:

@@ -39,7 +39,8 @@ def script(ort, model_bytes, x):
     outputs = [(o.name, o.shape, o.type) for o in sess.get_outputs()]
     every = sess.run(None, {sess.get_inputs()[0].name: x})
     (only_s,) = sess.run(["s"], {"x": x})
-    return inputs, outputs, every, only_s
+    repeated = sess.run(["s", "y", "s"], {"x": x})  # one array per name asked for
+    return inputs, outputs, every, only_s, repeated
 
 
 def test_same_script_runs_on_onnxruntime_and_pplpy():
@@ -54,6 +55,9 @@ def test_same_script_runs_on_onnxruntime_and_pplpy():
     for a, b in zip(got[2], want[2]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[3], want[3], rtol=1e-4, atol=1e-5)
+    assert len(got[4]) == len(want[4]) == 3
+    for a, b in zip(got[4], want[4]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("level", list(pplpy.session.GraphOptimizationLevel))
