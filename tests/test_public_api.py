@@ -222,6 +222,14 @@ def test_float64_is_refused_at_load_unless_cast(save_model):
     rt = pplpy.load(path, cast_to_float32=True)
     out = rt.run({"x": np.array([-1, 2, -3, 4], np.float32)})["y"]
     np.testing.assert_array_equal(out, [0, 2, 0, 4])
+    # A Cast to float64 inside the model casts to float32 too (it made float64 again).
+    model = make_model([helper.make_node("Cast", ["x"], ["d"], to=onnx.TensorProto.DOUBLE),
+                        helper.make_node("Relu", ["d"], ["y"])],
+                       [("x", FLOAT, [4])], [("y", onnx.TensorProto.DOUBLE, None)])
+    rt = pplpy.load(save_model(model), cast_to_float32=True)
+    out = rt.run({"x": np.array([-1, 2, -3, 4], np.float32)})["y"]
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, [0, 2, 0, 4])
 
 
 def test_shape_error_names_node_and_shapes(save_model):

@@ -151,6 +151,11 @@ def cast_floats_to_float32(model):
                 numpy_helper.to_array(init).astype(np.float32), init.name))
     for node in model.graph.node:
         for attr in node.attribute:
+            # Cast(to=DOUBLE), RandomNormal(dtype=FLOAT16), EyeLike(dtype=...): the values
+            # they make would be float64 / float16 again, and refused.
+            if (node.domain in ("", "ai.onnx") and attr.name in ("to", "dtype")
+                    and attr.type == onnx.AttributeProto.INT and attr.i in FLOAT_TYPES_TO_CAST):
+                attr.i = onnx.TensorProto.FLOAT
             if attr.HasField("t") and attr.t.data_type in FLOAT_TYPES_TO_CAST:
                 attr.t.CopyFrom(numpy_helper.from_array(
                     numpy_helper.to_array(attr.t).astype(np.float32), attr.t.name))
