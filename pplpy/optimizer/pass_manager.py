@@ -105,7 +105,7 @@ class PassConfig:
     modes: frozenset = frozenset(MODES)
 
     def __post_init__(self):
-        if self.pass_id not in PASSES:
+        if not isinstance(self.pass_id, str) or self.pass_id not in PASSES:
             raise PplError(f"unknown pass {self.pass_id!r}; known passes: {sorted(PASSES)}")
         if self.convergence not in CONVERGENCE:
             raise PplError(f"pass {self.pass_id!r}: convergence must be 'once' or "
@@ -113,11 +113,13 @@ class PassConfig:
         if not isinstance(self.dce_after, bool):
             raise PplError(f"pass {self.pass_id!r}: dce_after must be true or false, got "
                            f"{self.dce_after!r}")
-        modes = frozenset(self.modes)
-        unknown = sorted(modes - set(MODES))
-        if unknown or not modes:
+        try:  # a name, or a list of names (not 5, not [[fusion]])
+            modes = frozenset([self.modes] if isinstance(self.modes, str) else self.modes)
+        except TypeError:
+            modes = None
+        if not modes or not modes <= set(MODES):
             raise PplError(f"pass {self.pass_id!r}: modes must be a non-empty list of "
-                           f"{', '.join(MODES)}; got {sorted(self.modes)!r}")
+                           f"{', '.join(MODES)}; got {self.modes!r}")
         object.__setattr__(self, "modes", modes)
 
 
@@ -204,11 +206,9 @@ def as_config(entry):
             raise PplError(f"pass pipeline entry {entry!r}: needs a 'pass' key and may have "
                            f"'convergence', 'dce_after', 'modes'"
                            + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
-        modes = entry.get("modes", MODES)
-        if isinstance(modes, str):
-            modes = [modes]
+        # PassConfig checks the modes (a name, or a list of names) and makes them a set.
         return PassConfig(entry["pass"], entry.get("convergence", "once"),
-                          entry.get("dce_after", False), frozenset(modes))
+                          entry.get("dce_after", False), entry.get("modes", MODES))
     raise PplError(f"pass pipeline entry {entry!r}: expected a pass id, a (pass, convergence"
                    f"[, dce_after]) tuple or a {{pass, convergence, dce_after, modes}} mapping")
 

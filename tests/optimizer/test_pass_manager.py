@@ -43,6 +43,9 @@ def test_entries_in_every_form_become_pass_configs(tmp_path):
     ({"pass": "remove_identity", "mode": "once"}, "unknown: mode"),
     ({"convergence": "once"}, "needs a 'pass' key"),
     (42, "expected a pass id"),
+    ({"pass": ["cse"]}, "unknown pass \\['cse'\\]"),  # not hashable: was an InternalError
+    ({"pass": "remove_identity", "modes": 5}, "modes must be a non-empty list"),
+    ({"pass": "remove_identity", "modes": [["fusion"]]}, "modes must be a non-empty list"),
 ])
 def test_bad_entries_are_pplpy_errors_that_say_what_to_fix(entry, message):
     with pytest.raises(pplpy.PplError, match=message):
