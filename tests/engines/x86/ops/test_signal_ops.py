@@ -297,9 +297,10 @@ MEL_CASES = [(8, 16, 8192, 0.0, 4096.0), (20, 512, 16000, 20.0, 8000.0),
 @pytest.mark.parametrize("case", MEL_CASES, ids=str)
 def test_mel_weight_matrix(case, edge_type, isa, tmp_path):
     mels, length, rate, low, high = case
-    for out_type in (TensorProto.FLOAT, TensorProto.DOUBLE):
-        feeds = {"mels": np.array(mels, np.int64), "n": np.array(length, np.int32),
-                 "rate": np.array(rate, np.int64), "low": np.array(low, edge_type),
+    # The three counts share one type (T1); the two edges another (T2).
+    for out_type, count_type in ((TensorProto.FLOAT, np.int64), (TensorProto.DOUBLE, np.int32)):
+        feeds = {"mels": np.array(mels, count_type), "n": np.array(length, count_type),
+                 "rate": np.array(rate, count_type), "low": np.array(low, edge_type),
                  "high": np.array(high, edge_type)}
         got, want = _run(_model("MelWeightMatrix", feeds, 17, {"output_datatype": out_type}),
                          feeds, isa, tmp_path)
