@@ -115,6 +115,22 @@ class Undeclared(Blocked):
     pass
 
 
+@op(DOMAIN, "OddShape", since=1)
+class OddShape(Base):
+    """infer_shape returns SEEN["result"]."""
+
+    def infer_shape(self, in_shapes, in_values):
+        return SEEN["result"]
+
+
+@op(DOMAIN, "OddType", since=1)
+class OddType(Base):
+    """infer_type returns SEEN["result"]."""
+
+    def infer_type(self, in_types):
+        return SEEN["result"]
+
+
 def load(nodes, inputs, outputs=(("y", FLOAT, None),), inits=()):
     for node in nodes:
         if node.op_type not in ("Conv", "Relu"):
@@ -136,6 +152,21 @@ def test_rule_2_one_shape_per_output_and_no_negative_dims():
         load([helper.make_node("TooFew", ["x"], ["y"], name="few")], [("x", FLOAT, [2])])
     with pytest.raises(pplpy.ShapeError, match='node "neg".*negative output dim'):
         load([helper.make_node("Negative", ["x"], ["y"], name="neg")], [("x", FLOAT, [2])])
+    SEEN["result"] = [(np.int64(2), np.int32(3))]  # numpy ints are ints
+    rt = load([helper.make_node("OddShape", ["x"], ["y"], name="odd")], [("x", FLOAT, [2, 3])])
+    assert rt.run({"x": np.ones((2, 3), np.float32)})["y"].shape == (2, 3)
+
+
+@pytest.mark.parametrize("op_type, result", [
+    ("OddShape", None), ("OddShape", [None]), ("OddShape", ["ab"]),
+    ("OddShape", [(2.5, 3)]),  # was truncated to (2, 3)
+    ("OddType", [None]), ("OddType", []), ("OddType", ["float"]),  # failed only at run
+])
+def test_rules_1_and_2_a_result_of_the_wrong_kind_is_a_plugin_error(op_type, result):
+    SEEN["result"] = result
+    with pytest.raises(pplpy.PluginError, match='node "odd".*(DataType|tuple of ints|one shape per output)') as info:
+        load([helper.make_node(op_type, ["x"], ["y"], name="odd")], [("x", FLOAT, [2, 3])])
+    assert info.value.node == "odd"
 
 
 def test_rule_3_present_inputs_have_full_int_shapes_even_with_free_dims():

@@ -10,9 +10,12 @@ the host: PyTorch's Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains cos
 per inference.
 """
 
+import operator
+
 from pplpy.common.data_type import DataType
+from pplpy.common.versioned_registry import provider_of
 from pplpy.engines.x86.ops.op_context import ValueRequired
-from pplpy.errors import PplError, ShapeError, UnsupportedOpError
+from pplpy.errors import InternalError, PluginError, PplError, ShapeError, UnsupportedOpError
 from pplpy.models.onnx.registry import inputs_typed_as_first
 
 # Element types and sizes of values worth computing on the host (shape arithmetic).
@@ -41,12 +44,48 @@ def infer_types(nodes, ops, known):
                     f"convert the model, or load it with cast_to_float32=True "
                     f"(pplnn --cast-to-float32)",
                     nodes=[(node.name, node.domain, node.op_type, node.opset)])
-        out_types = op.infer_type(in_types)
+        out_types = checked_types(op, op.infer_type(in_types))
         check_shared_types(node, in_types)
         for name, data_type in zip(node.outputs, out_types):
             if name:
                 known[name] = data_type
     return known
+
+
+def _contract_error(op, message):
+    """An op context broke docs/op_context_contract.md: a PluginError naming the node and
+    the plugin's package, or an InternalError when the op context is pplpy's own."""
+    package = provider_of(type(op))
+    text = f"{op.node.describe()}: {type(op).__name__}.{message}"
+    if package == "pplpy":
+        return InternalError(f"{text} (please report this)")
+    return PluginError(text, node=op.node.name, plugin=package)
+
+
+def checked_types(op, out_types):
+    """infer_type's result: one DataType per present output (rule 1)."""
+    node = op.node
+    present = [i for i, name in enumerate(node.outputs) if name]
+    if not isinstance(out_types, (list, tuple)) or (present and len(out_types) <= present[-1]):
+        raise _contract_error(op, f"infer_type returned {out_types!r}; it must return a list "
+                              f"of one DataType per output ({len(node.outputs)})")
+    for name, data_type in zip(node.outputs, out_types):
+        if name and not isinstance(data_type, DataType):
+            raise _contract_error(op, f"infer_type gave output \"{name}\" the type "
+                                  f"{data_type!r}, not a pplpy DataType")
+    return out_types
+
+
+def checked_dims(op, name, dims):
+    """One output shape from infer_shape as a tuple of ints (rule 2); numpy ints are
+    accepted, floats, strings and None are not."""
+    try:
+        if type(dims) is tuple and all(type(d) is int for d in dims):
+            return dims
+        return tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise _contract_error(op, f"infer_shape gave output \"{name}\" the shape {dims!r}; "
+                              f"a shape is a tuple of ints") from None
 
 
 def check_shared_types(node, in_types):
@@ -128,13 +167,15 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
                 continue
             raise op.shape_error(str(exc), in_shapes) from exc
         outputs = node.outputs
+        if not isinstance(out_shapes, (list, tuple)):
+            raise _contract_error(op, f"infer_shape returned {out_shapes!r}; it must return "
+                                  f"a list of one shape per output")
         if len(out_shapes) < len(outputs) and len(out_shapes) < len([o for o in outputs if o]):
             raise ShapeError(f"{node.describe()}: shape inference gave {len(out_shapes)} "
                              f"shapes for {len(outputs)} outputs")
         for name, dims in zip(outputs, out_shapes):
             if name:
-                if type(dims) is not tuple or not all(type(d) is int for d in dims):
-                    dims = tuple(int(d) for d in dims)
+                dims = checked_dims(op, name, dims)
                 if any(d < 0 for d in dims):
                     if partial and not strict:
                         break
