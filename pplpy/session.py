@@ -94,6 +94,13 @@ class SessionOptions:
     - ``max_concurrency`` (pplpy's own): how many runs may proceed at once (runtimes made).
     """
 
+    # A misspelt option (intra_op_num_thread) is an AttributeError, as in ONNX Runtime,
+    # rather than a new attribute that silently does nothing.
+    __slots__ = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode",
+                 "graph_optimization_level", "enable_profiling", "profile_file_prefix",
+                 "log_severity_level", "log_verbosity_level", "max_concurrency",
+                 "cast_to_float32")
+
     def __init__(self):
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
@@ -134,6 +141,8 @@ def get_available_providers():
 
 
 def _check_providers(providers):
+    if isinstance(providers, str):  # one name, not its letters
+        providers = [providers]
     for provider in providers or ():
         name = provider[0] if isinstance(provider, (tuple, list)) else provider
         if name not in PROVIDERS:

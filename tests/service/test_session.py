@@ -83,6 +83,13 @@ def test_errors_are_pplpy_errors(tmp_path):
         sess.run(None, {"x": np.zeros((1, 3, 8, 8), np.float64)})
     with pytest.raises(pplpy.ModelError, match="empty"):
         pplpy.InferenceSession(b"")
+    opts = pplpy.SessionOptions()
+    with pytest.raises(AttributeError):  # as in ONNX Runtime: a typo does not pass silently
+        opts.intra_op_num_thread = 2
+    with pytest.raises(pplpy.PplError, match="provider 'CUDAExecutionProvider'"):
+        pplpy.InferenceSession(data, providers="CUDAExecutionProvider")
+    one = pplpy.InferenceSession(data, providers="CPUExecutionProvider")  # a name, not letters
+    assert one.get_providers() == ["CPUExecutionProvider"]
 
 
 def test_profiling_writes_a_chrome_trace(tmp_path):
