@@ -411,6 +411,9 @@ def test_a_plugin_that_fails_to_import_is_a_warning(tmp_path):
                         extra_path=[site])
     assert listed.returncode == 0
     assert "plugin broken_ops (broken_ops_mod) failed to import: ImportError" in listed.stdout
+    ran = run_python(["-m", "pplpy.tools.pplnn"], cwd=tmp_path, extra_path=[site])
+    assert ran.returncode == 0
+    assert "plugins: broken_ops (broken_ops_mod) [failed to import]" in ran.stdout
 
 
 OVERRIDE_SOURCE = """

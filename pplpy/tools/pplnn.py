@@ -29,7 +29,6 @@ prints (``--debug`` prints the traceback of any error).
 """
 
 import argparse
-import importlib.metadata
 import math
 import os
 import re
@@ -49,7 +48,7 @@ from pplpy.common.isa import supported_isas
 from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.errors import InternalError, PplError
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE, PASSES, load_pipeline
-from pplpy.plugins import ENTRY_POINT_GROUP, PluginWarning, failed_plugins, load_plugins
+from pplpy.plugins import PluginWarning, failed_plugins, load_plugins, loaded_plugins
 
 PROG = "pplnn"
 REORDER_DOMAIN = "pplpy"  # the domain of the Reorder nodes the x86 engine inserts
@@ -595,8 +594,7 @@ def _run(argv):
     print(f"isa: {options.isa} (cpu has: {', '.join(supported_isas())}; cap: {cap_note})")
     print(f"threads: {options.num_threads}{_binding_note(rt)}; "
           f"fusion: {'on' if options.fusion else 'off'}")
-    plugins = sorted(f"{ep.name} ({ep.value})"
-                     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    plugins = loaded_plugins() + [f"{name} [failed to import]" for name in failed_plugins()]
     if plugins:
         print(f"plugins: {', '.join(plugins)}")
 
