@@ -725,19 +725,22 @@ def make_pad_step(size_t dst, size_t src, size_t value, Py_ssize_t es, in_dims, 
 
 def pad_table(Py_ssize_t dim, Py_ssize_t begin, Py_ssize_t end, str mode):
     """Source index of each output index along one dim padded by ``begin``/``end`` (negative
-    crops), -1 for the constant; the modes are numpy.pad's (reflect, edge, wrap)."""
+    crops), -1 for the constant; the modes are numpy.pad's (reflect, edge, wrap).  Negative
+    pads crop first and the positive ones pad the cropped range (as onnxruntime and PyTorch
+    do): a wrap or reflect pad never reads an element the other side's crop removed."""
     src = np.arange(dim, dtype=np.int64)
+    lo = -begin if begin < 0 else 0
+    hi = dim + end if end < 0 else dim
+    src = src[lo:max(hi, lo)]
     if begin > 0 or end > 0:
         width = (max(begin, 0), max(end, 0))
         if mode == "constant":
             src = np.pad(src, width, mode="constant", constant_values=-1)
         else:
-            if dim == 0:
+            if src.size == 0:
                 raise ValueError(f"{mode} padding of an empty dim")
             src = np.pad(src, width, mode=mode)
-    lo = -begin if begin < 0 else 0
-    hi = src.size + end if end < 0 else src.size
-    return src[lo:max(hi, lo)]
+    return src
 
 
 # -- Python-visible wrappers (tests) ------------------------------------------------------
