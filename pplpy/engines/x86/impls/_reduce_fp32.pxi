@@ -372,11 +372,11 @@ cdef void _lin_cols(const num_t *x, const Geometry *g, Py_ssize_t base, Py_ssize
             if kind == K_MAX:
                 for j in range(w):
                     v = p[j]
-                    out[j] = v if v > out[j] else out[j]
+                    out[j] = v if v > out[j] or v != v else out[j]   # NaN sticks
             elif kind == K_MIN:
                 for j in range(w):
                     v = p[j]
-                    out[j] = v if v < out[j] else out[j]
+                    out[j] = v if v < out[j] or v != v else out[j]
             elif kind == K_PROD:
                 for j in range(w):
                     out[j] = out[j] * p[j]
@@ -401,18 +401,18 @@ cdef num_t _lin_contig(const num_t *x, const Geometry *g, Py_ssize_t base, int k
             for i in range(nb):
                 for l in range(LANES):
                     v = p[i * LANES + l]
-                    lanes[l] = v if v > lanes[l] else lanes[l]
+                    lanes[l] = v if v > lanes[l] or v != v else lanes[l]
             for i in range(nb * LANES, g.R):
                 v = p[i]
-                lanes[0] = v if v > lanes[0] else lanes[0]
+                lanes[0] = v if v > lanes[0] or v != v else lanes[0]
         elif kind == K_MIN:
             for i in range(nb):
                 for l in range(LANES):
                     v = p[i * LANES + l]
-                    lanes[l] = v if v < lanes[l] else lanes[l]
+                    lanes[l] = v if v < lanes[l] or v != v else lanes[l]
             for i in range(nb * LANES, g.R):
                 v = p[i]
-                lanes[0] = v if v < lanes[0] else lanes[0]
+                lanes[0] = v if v < lanes[0] or v != v else lanes[0]
         elif kind == K_PROD:
             for i in range(nb):
                 for l in range(LANES):
@@ -428,9 +428,9 @@ cdef num_t _lin_contig(const num_t *x, const Geometry *g, Py_ssize_t base, int k
     v = lanes[0]
     for l in range(1, LANES):
         if kind == K_MAX:
-            v = lanes[l] if lanes[l] > v else v
+            v = lanes[l] if lanes[l] > v or lanes[l] != lanes[l] else v
         elif kind == K_MIN:
-            v = lanes[l] if lanes[l] < v else v
+            v = lanes[l] if lanes[l] < v or lanes[l] != lanes[l] else v
         elif kind == K_PROD:
             v = v * lanes[l]
         else:

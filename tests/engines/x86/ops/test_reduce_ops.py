@@ -306,3 +306,36 @@ def test_scan(op, opset, elem, axis_form, isa, tmp_path):
                         if axis_form != "constant":
                             feeds["axis"] = np.asarray(axis, NP[axis_type])
                         _check(model, feeds, isa, threads, tmp_path, rtol=1e-4, atol=1e-4)
+
+
+# -- ReduceMax / ReduceMin propagate NaN (numpy, onnx's ReferenceEvaluator) ----------------
+
+
+def nan_reduce_model(op, axes, shape, conv=False):
+    nodes, inits, src = [], [numpy_helper.from_array(np.array(axes, np.int64), "a")], "x"
+    if conv:
+        c = shape[1]
+        # depthwise identity: a NaN stays in its channel (a dense eye would spread it, 0 * NaN)
+        inits.append(numpy_helper.from_array(np.ones((c, 1, 1, 1), np.float32), "w"))
+        nodes.append(helper.make_node("Conv", ["x", "w"], ["t"], group=c))
+        src = "t"
+    nodes.append(helper.make_node(op, [src, "a"], ["y"], keepdims=1))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("axes,conv", [([-1], False), ([1], False), ([0, 2], False), ([1], True),
+                                       ([2, 3], True), ([1, 2, 3], True)])
+def test_reduce_max_min_propagate_nan(isa, num_threads, op, axes, conv):
+    rng = np.random.default_rng(3)
+    shape = (2, 20, 5, 37) if conv else (3, 37, 5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[rng.random(shape) < 0.02] = np.nan
+    x[0, 0] = np.nan                       # a whole row / plane of NaN
+    rt = pplpy.load(nan_reduce_model(op, axes, shape, conv).SerializeToString(), max_isa=isa,
+                    num_threads=num_threads)
+    want = (np.max if op == "ReduceMax" else np.min)(x, axis=tuple(axes), keepdims=True)
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], want)
