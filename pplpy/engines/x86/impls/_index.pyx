@@ -725,6 +725,14 @@ cdef struct TopKArgs:
 
 
 cdef inline bint better(num_t a, num_t b, bint largest) noexcept nogil:
+    # NaN ranks above every number (numpy.sort, onnxruntime): first for largest, last for
+    # smallest.  A bare a > b is false both ways for NaN, which is no strict weak order and
+    # lets the merge sort leave finite values out of order around it.
+    if num_t is float or num_t is double:
+        if a != a:
+            return largest and b == b
+        if b != b:
+            return not largest
     return a > b if largest else a < b
 
 
@@ -812,7 +820,7 @@ cdef void topk_step(const void *a, int tid, int nthreads) noexcept nogil:
 def make_topk_step(size_t values, size_t indices, size_t src, int code, Py_ssize_t outer,
                    Py_ssize_t n, Py_ssize_t inner, Py_ssize_t k, bint largest, int num_threads):
     """Step: for x viewed as (outer, n, inner), values/indices (outer, k, inner) = the k
-    largest (or smallest) along n, best first, ties by lower index.  NaN compares false."""
+    largest (or smallest) along n, best first, ties by lower index.  NaN ranks above +inf."""
     if code not in NUMERIC:
         raise ValueError(f"TopK needs a numeric element type, got ONNX type {code}")
     _check_sizes(outer, n, inner, k)

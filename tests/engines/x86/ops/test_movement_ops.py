@@ -247,3 +247,70 @@ def test_cast_to_bfloat16_is_unsupported(tmp_path):
                      {"x": np.zeros((3,), np.float32)}, ["y"])
     with pytest.raises(PplError):
         load(tmp_path, model)
+
+
+# -- Pad: crops before wrap / reflect pads on the other side --------------------------------
+
+
+def pad_model(mode, pads, shape):
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(pads, np.int64), "p")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def crop_then_pad(x, pads, mode):
+    r = x.ndim
+    sl = tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in
+               enumerate(zip(pads[:r], pads[r:])))
+    return np.pad(x[sl], [(max(b, 0), max(e, 0)) for b, e in zip(pads[:r], pads[r:])], mode=mode)
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("mode,pads", [("wrap", [2, -1]), ("wrap", [-1, 3]), ("wrap", [0, -3, 0, 5]),
+                                       ("reflect", [-1, 2]), ("reflect", [0, 2, 0, -2])])
+def test_negative_pad_crops_before_wrap(isa, mode, pads, num_threads):
+    shape = (4,) if len(pads) == 2 else (3, 4)
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 1
+    rt = pplpy.load(pad_model(mode, pads, shape).SerializeToString(), max_isa=isa,
+                    num_threads=num_threads)
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], crop_then_pad(x, pads, mode))
+
+
+# -- TopK with NaN: NaN ranks above +inf (numpy.sort, onnxruntime) -------------------------
+
+
+def topk_model(k, largest, n):
+    graph = helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, largest=largest)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, n])],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("i", TensorProto.INT64, None)],
+        [numpy_helper.from_array(np.array([k], np.int64), "k")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+
+
+def want_order(row, largest):
+    nan = np.isnan(row)
+    if largest:   # NaN first, then descending, ties by index
+        return sorted(range(row.size), key=lambda i: (not nan[i], 0 if nan[i] else -row[i], i))
+    return sorted(range(row.size), key=lambda i: (bool(nan[i]), 0 if nan[i] else row[i], i))
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("n,k", [(8, 3), (8, 8), (37, 5), (37, 37)])
+def test_topk_nan_ranks_above_inf(isa, num_threads, largest, n, k):
+    rng = np.random.default_rng(n + k)
+    x = rng.integers(-3, 4, (3, n)).astype(np.float32)
+    x[rng.random(x.shape) < 0.25] = np.nan
+    x[0, 0], x[1, -1] = np.inf, -np.inf
+    rt = pplpy.load(topk_model(k, largest, n).SerializeToString(), max_isa=isa,
+                    num_threads=num_threads)
+    out = rt.run({"x": x})
+    for r in range(3):
+        want = np.array(want_order(x[r], largest)[:k])
+        np.testing.assert_array_equal(out["i"][r], want)
+        np.testing.assert_array_equal(out["v"][r], x[r, want])
