@@ -403,3 +403,53 @@ def test_if_is_a_python_step_and_its_branches_compiled_steps(tmp_path):
     inner.run({"x": np.ones((2, 3), np.float32), "w": np.ones(3, np.float32)})
     assert inner._last.plan.steps and not any(isinstance(s, PythonStep)
                                               for s in inner._last.plan.steps)
+
+
+# -- rank-0 initializers read by control flow keep rank 0 --------------------------------------
+# (the plan gave Python steps np.ascontiguousarray(value), which is (1,) for a scalar)
+
+
+def model0(nodes, inputs, outputs, initializers):
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(np.asarray(v), n) for n, v in initializers])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+
+
+@pytest.mark.parametrize("trip", [0, 2])
+def test_loop_carries_a_scalar_initializer_with_its_rank(trip):
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cin"], ["cout"]), helper.make_node("Add", ["k", "w"], ["kn"])],
+        "body", [vi("i", INT64, []), vi("cin", BOOL, []), vi("k", FLOAT, [])],
+        [vi("cout", BOOL, []), vi("kn", FLOAT, [])])
+    m = model0([helper.make_node("Loop", ["M", "", "k0"], ["kf"], body=body)], [],
+              [vi("kf", FLOAT, None)],
+              [("M", np.array(trip, np.int64)), ("k0", np.array(1.0, np.float32)),
+               ("w", np.array(2.5, np.float32))])
+    got = pplpy.load(m.SerializeToString(), passes=[]).run({})["kf"]
+    assert got.shape == ()
+    assert got == np.float32(1.0 + 2.5 * trip)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_branch_returns_an_outer_scalar_initializer(cond):
+    then_g = helper.make_graph([helper.make_node("Identity", ["w"], ["t"])], "then", [],
+                               [vi("t", FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["w"], ["e"])], "else", [],
+                               [vi("e", FLOAT, None)])
+    m = model0([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+              [vi("c", BOOL, [])], [vi("y", FLOAT, None)], [("w", np.array(2.5, np.float32))])
+    got = pplpy.load(m.SerializeToString()).run({"c": np.array(cond)})["y"]
+    assert got.shape == ()
+    assert got == (2.5 if cond else -2.5)
+
+
+def test_scan_starts_from_a_scalar_initializer():
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "xt"], ["sn"]), helper.make_node("Identity", ["sn"], ["o"])],
+        "body", [vi("s", FLOAT, []), vi("xt", FLOAT, [])], [vi("sn", FLOAT, []), vi("o", FLOAT, [])])
+    m = model0([helper.make_node("Scan", ["s0", "x"], ["sf", "os"], body=body, num_scan_inputs=1)],
+              [vi("x", FLOAT, [4])], [vi("sf", FLOAT, None), vi("os", FLOAT, None)],
+              [("s0", np.array(1.0, np.float32))])
+    got = pplpy.load(m.SerializeToString()).run({"x": np.arange(4, dtype=np.float32)})
+    assert got["sf"].shape == () and got["sf"] == 7.0
+    np.testing.assert_array_equal(got["os"], [1, 2, 4, 7])

@@ -156,7 +156,9 @@ class ExecutionPlan:
                 return Slot(self.tensor_shapes[name], views[name])
             if name in result.released:  # packed into the kernel: only the shape remains
                 return Slot(TensorShape(shapes[name], types[name]), None)
-            array = np.ascontiguousarray(values[name])
+            # np.asarray, not np.ascontiguousarray: the latter makes a rank-0 value (1,),
+            # which a Python step (If / Loop / Scan) would then see with the wrong shape.
+            array = np.asarray(values[name], order="C")
             return Slot(TensorShape(array.shape, types[name]), array)
 
         steps, self.step_nodes = [], []

@@ -178,7 +178,7 @@ def run_once(op, kernel, inputs, in_shapes, num_threads=1, in_types=None, bind_t
     infer_shapes([node], {node: op}, known, values)
     outputs = [np.empty(known[name], t.numpy) if name else None
                for name, t in zip(node.outputs, out_types)]
-    arrays = [np.ascontiguousarray(v) if v is not None else None for v in inputs]
+    arrays = [np.asarray(v, order="C") if v is not None else None for v in inputs]  # keeps rank 0
     in_slots = []
     for a, dims, t in zip(arrays, in_shapes, in_types):
         if a is not None:
