@@ -93,6 +93,8 @@ def check_shared_types(node, in_types):
     MatMul's B, every input of Concat) has another element type.  ONNX Runtime refuses such
     a model; pplpy's kernels would read the input's bytes as input 0's type, and pplpy never
     casts silently.  Ops without a schema (pplpy's own, plugins' domains) are not checked."""
+    if not in_types or in_types[0] is None:  # an omitted optional first input
+        return
     same, repeats_from = inputs_typed_as_first(node.domain, node.op_type, node.opset)
     for i in range(1, len(in_types)):
         if in_types[i] is None or in_types[i] is in_types[0]:
