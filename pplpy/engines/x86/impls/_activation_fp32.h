@@ -15,8 +15,9 @@
  * see there); an infinite input gives f's limit.
  * No libm call: exp is Cephes' expf reduction with a polynomial fitted for this file (see
  * ppl_exp_c; on AVX-512 with vrndscaleps / vscalefps), log is Cephes' logf on whole vectors,
- * and so are sin/cos/tan (Cephes' range reduction, accurate for |x| up to 2**23; NaN past
- * it), the inverse and hyperbolic functions; erf is a polynomial fitted for this file.
+ * and so are sin/cos/tan (Cephes' range reduction, accurate for |x| up to 2**23; lanes past
+ * it, rare, go to libm's sinf/cosf/tanf, whose reduction is exact for every float), the
+ * inverse and hyperbolic functions; erf is a polynomial fitted for this file.
  * Accuracy: relative error within a few 1e-7 (about 2 ulp) on each function's domain,
  * absolute near a zero of sin/cos/tan.  sqrt and rounding are the tier's instructions
  * (SSE4.1 is the lowest tier).
@@ -34,6 +35,7 @@
 #endif
 
 #include <stddef.h>
+#include <math.h>
 #include <immintrin.h>
 
 #ifndef PPL_BRGEMM_FP32_H /* _brgemm_fp32.h declares the same two types before including us */
@@ -645,9 +647,24 @@ PPL_ACT_INLINE ppl_vf ppl_gelu(ppl_vf x, float approximate) {
 
 /* Cephes' reduction: x = j * pi/4 + r, j even, |r| <= pi/4, pi/4 in three parts (j split
  * in two, so that it stays exact far beyond Cephes' 8192): absolute error < 2e-7 up to
- * 2**23 (measured against float64).  Past that it fails, so sin, cos and tan give NaN there
- * (and for +-inf) rather than a wrong value.  Returns r and q = j mod 8 (0, 2, 4 or 6) for |x|. */
+ * 2**23 (measured against float64).  Past that it fails, so the finite lanes past it are
+ * recomputed by ppl_act_trig_far (libm, exact reduction: sin(1e8) is finite, as in ONNX
+ * and numpy); +-inf gives NaN.  Returns r and q = j mod 8 (0, 2, 4 or 6) for |x|. */
 #define PPL_ACT_TRIG_MAX 8388608.0f
+
+/* The lanes of x with 2**23 < |x| < inf (kind 0 sin, 1 cos, 2 tan) by libm; y elsewhere.
+ * Rare (a model's activations this large are unusual), so a scalar loop behind a test. */
+PPL_ACT_INLINE ppl_vf ppl_act_trig_far(ppl_vf x, ppl_vf ax, ppl_vf y, const int kind) {
+    const ppl_vi far = (ax > ppl_act_splat(PPL_ACT_TRIG_MAX))
+                       & (ax != ppl_act_splat(__builtin_inff()));
+    int any = 0;
+    for (int i = 0; i < PPL_VLEN; ++i) any |= far[i];
+    if (__builtin_expect(!any, 1)) return y;
+    for (int i = 0; i < PPL_VLEN; ++i) {
+        if (far[i]) y[i] = kind == 0 ? sinf(x[i]) : kind == 1 ? cosf(x[i]) : tanf(x[i]);
+    }
+    return y;
+}
 PPL_ACT_INLINE ppl_vf ppl_act_reduce_pio4(ppl_vf ax, ppl_vi *q) {
     ppl_vf j = ppl_floor(ax * ppl_act_splat(1.27323954473516f));
     /* j odd: j + 1 */
@@ -691,8 +708,9 @@ PPL_ACT_INLINE ppl_vf ppl_sincos(ppl_vf x, const int is_cos) {
     ppl_vu neg = (ppl_vu)(is_cos ? ((q + 2) & 4) : (q & 4)) << 29;
     if (!is_cos) neg ^= (ppl_vu)x & 0x80000000u;
     y = (ppl_vf)((ppl_vu)y ^ neg);
-    return ppl_act_select(ax > ppl_act_splat(PPL_ACT_TRIG_MAX), ppl_act_splat(__builtin_nanf("")),
-                          ppl_act_select(x != x, x, y));
+    y = ppl_act_select(ax > ppl_act_splat(PPL_ACT_TRIG_MAX), ppl_act_splat(__builtin_nanf("")),
+                       ppl_act_select(x != x, x, y));
+    return ppl_act_trig_far(x, ax, y, is_cos);
 }
 
 PPL_ACT_INLINE ppl_vf ppl_tan(ppl_vf x) {
@@ -705,8 +723,9 @@ PPL_ACT_INLINE ppl_vf ppl_tan(ppl_vf x) {
     ppl_vf y = ppl_act_poly(z, T, 6) * z * r + r;
     y = ppl_act_select((q & 2) != 0, ppl_act_splat(-1.0f) / y, y);
     y = (ppl_vf)((ppl_vu)y ^ ((ppl_vu)x & 0x80000000u));
-    return ppl_act_select(ax > ppl_act_splat(PPL_ACT_TRIG_MAX), ppl_act_splat(__builtin_nanf("")),
-                          ppl_act_select(x != x, x, y));
+    y = ppl_act_select(ax > ppl_act_splat(PPL_ACT_TRIG_MAX), ppl_act_splat(__builtin_nanf("")),
+                       ppl_act_select(x != x, x, y));
+    return ppl_act_trig_far(x, ax, y, 2);
 }
 
 /* asin(s) for |s| <= 1/2, z = s * s: Cephes' asinf polynomial. */

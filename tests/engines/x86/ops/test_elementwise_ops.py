@@ -344,3 +344,42 @@ def test_per_sample_channel_vector_stays_blocked(op_type, batch, tmp_path):
     x = rng.standard_normal((batch, c, 5, 4)).astype(np.float32)
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+# -- Sin / Cos / Tan of finite arguments past 2**23: finite (ONNX, numpy), not NaN ------------
+# (a Conv -> BatchNormalization with running var 0 -> Cos -> Conv graph gave NaN everywhere)
+
+TRIG_C = 19  # not a multiple of 16
+TRIG_X = np.array([1e3, 8388609.0, 1e7, 4e7, 1e8, -1e9, 1e20, -3e38, 0.5, np.inf, -np.inf,
+                   np.nan], np.float32)
+
+
+def _trig_model(op_type, blocked):
+    x = np.tile(TRIG_X, (TRIG_C, 1)).reshape(1, TRIG_C, 1, TRIG_X.size)
+    nodes = [helper.make_node(op_type, ["t"], ["y"])]
+    inits = []
+    if blocked:
+        eye = np.eye(TRIG_C, dtype=np.float32).reshape(TRIG_C, TRIG_C, 1, 1)
+        inits = [numpy_helper.from_array(eye, "eye")]
+        nodes.insert(0, helper.make_node("Conv", ["x", "eye"], ["t"]))
+    else:
+        nodes.insert(0, helper.make_node("Identity", ["x"], ["t"]))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), x
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fusion", [False, True])
+@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("op_type", ["Sin", "Cos", "Tan"])
+def test_trig_of_large_finite_arguments_is_finite(op_type, blocked, fusion, isa):
+    model, x = _trig_model(op_type, blocked)
+    rt = pplpy.load(model.SerializeToString(), max_isa=isa, fusion=fusion)
+    y = rt.run({"x": x})["y"]
+    with np.errstate(invalid="ignore"):
+        want = getattr(np, op_type.lower())(x.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))  # NaN only for +-inf and NaN
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(y[finite], want[finite], rtol=1e-5, atol=1e-6)
