@@ -165,11 +165,22 @@ def gather_shape(data_shape, indices_shape, axis):
     return tuple(data_shape[:axis]) + tuple(indices_shape) + tuple(data_shape[axis + 1:]), axis
 
 
+def _onnx_slice_bounds(dim, start, end, step):
+    """(first, stop) of ONNX Slice on a dim of size ``dim`` (see slice_geometry)."""
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        return min(max(start, 0), dim), min(max(end, 0), dim)
+    return min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+
+
 def slice_geometry(in_shape, starts, ends, axes=None, steps=None):
     """ONNX Slice: (output dims, first index per dim, step per dim).
 
-    Starts and ends clamp as Python slices do (ONNX's rule: negative adds the dim, then clamp
-    to [0, dim] for a positive step or [-1, dim - 1] for a negative one); a step is never 0.
+    ONNX's rule: a negative start or end adds the dim; then, for a positive step, both clamp
+    to [0, dim]; for a negative one the start clamps to [0, dim - 1] and the end to
+    [-1, dim - 1].  (Python's slices differ there: a start below -dim with a negative step
+    gives them an empty range, ONNX the first element.)  A step is never 0.
     """
     rank = len(in_shape)
     starts, ends = [int(v) for v in starts], [int(v) for v in ends]
@@ -185,6 +196,6 @@ def slice_geometry(in_shape, starts, ends, axes=None, steps=None):
     for a, start, end, step in zip(axes, starts, ends, steps):
         if step == 0:
             raise ValueError(f"steps {steps} has a 0")
-        r = range(*slice(start, end, step).indices(in_shape[a]))
+        r = range(*_onnx_slice_bounds(in_shape[a], start, end, step), step)
         dims[a], firsts[a], strides[a] = len(r), r.start, step
     return tuple(dims), firsts, strides
