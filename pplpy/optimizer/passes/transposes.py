@@ -150,6 +150,19 @@ class SinkTransposes(RewriteRule):
         inner = graph.unique_name(f"{out}/before_transpose")
         graph.set_output(node, 0, inner)
         new_node(graph, "Transpose", [inner], [out], first, TransposeParam(perm=perm))
-        graph.values[inner].dims = None  # refreshed by the next inference
+        # The sunk op now writes the Transpose's input: its type is the old output's, its
+        # dims those dims un-permuted.  Later passes (fuse_eltwise_chains, the recognizers)
+        # read them before the next inference; without them the saved optimised model,
+        # whose value_info has every dim, would be optimised further on reload.
+        record, before = graph.values[inner], graph.values.get(out)
+        record.dtype = before.dtype if before is not None else None
+        dims = before.dims if before is not None else None
+        if dims is not None and len(dims) == len(perm):
+            unpermuted = [None] * len(perm)
+            for axis, source in enumerate(perm):
+                unpermuted[source] = dims[axis]
+            record.dims = tuple(unpermuted)
+        else:
+            record.dims = None  # refreshed by the next inference
         self.details[f"sank Transpose below {node.op_type}"] += 1
         return True
