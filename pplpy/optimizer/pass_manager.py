@@ -158,6 +158,9 @@ DEFAULT_PIPELINE = (
     # Sinking brings transposes together; combining then cancels them.
     P("sink_transposes", "fixed_point"),
     P("optimize_transposes", "fixed_point", dce_after=True),
+    # optimize_transposes turns data-free Transposes into Reshapes: merge them with their
+    # neighbours (else a saved optimised model merges them on reload).
+    P("merge_reshapes", "fixed_point", dce_after=True),
     P("optimize_concats", "fixed_point", dce_after=True),
     P("reduce_mean_to_global_pool"),
     P("swap_relu_maxpool"),
