@@ -228,3 +228,73 @@ def test_a_saved_chain_with_a_bad_entry_is_a_model_error():
                                                     helper.make_opsetid("pplpy", 1)])
     with pytest.raises(pplpy.ModelError, match="'os' is no pplpy param class"):
         pplpy.load(model.SerializeToString())
+
+
+# -- a saved model needs no second optimisation and saves again ----------------------------
+
+
+def test_saved_reduce_twin_with_onnx_opset_saves_again(tmp_path):
+    nodes = [helper.make_node("ReduceMean", ["x"], ["r"], axes=[2, 0], keepdims=1),
+             helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    src, once, twice = tmp_path / "m.onnx", tmp_path / "m.opt.onnx", tmp_path / "m.opt2.onnx"
+    onnx.save(model, src)
+    saved = pplpy.save_optimized_model(str(src), str(once))
+    (node,) = saved.graph.node
+    assert (node.domain, node.op_type) == ("pplpy", "ReduceMean")
+    assert {a.name: helper.get_attribute_value(a) for a in node.attribute}["onnx_opset"] == 13
+    again = pplpy.save_optimized_model(str(once), str(twice))
+    assert [(n.domain, n.op_type) for n in again.graph.node] == [("pplpy", "ReduceMean")]
+    onnx.checker.check_model(onnx.load(twice), full_check=True)
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 4, 2, 3)).astype(np.float32)}
+    want = pplpy.load(str(src), num_threads=1).run(feeds)["y"]
+    np.testing.assert_array_equal(pplpy.load(str(twice), num_threads=1).run(feeds)["y"], want)
+
+
+def _sunk_transpose_model():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+             helper.make_node("LeakyRelu", ["t"], ["a"], alpha=0.138),
+             helper.make_node("Abs", ["a"], ["b"]),
+             helper.make_node("Pow", ["b", "p"], ["c"]),
+             helper.make_node("Transpose", ["c"], ["y"], perm=[1, 0])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(-0.7, np.float32), "p")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_run_behind_a_sunk_transpose_is_fused(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "m.opt.onnx"
+    onnx.save(_sunk_transpose_model(), src)
+    rt = pplpy.load(str(src), num_threads=1)
+    assert [n.op_type for n in rt.graph.nodes] == ["EltwiseChain"]
+    pplpy.save_optimized_model(str(src), str(out))
+    again = pplpy.load(str(out), num_threads=1)
+    assert [line for line in again.pass_log if " 0 change(s)" not in line] == []
+    x = np.random.default_rng(1).uniform(-3, 3, (4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(again.run({"x": x})["y"], rt.run({"x": x})["y"])
+    want = (np.abs(np.where(x > 0, x, 0.138 * x)) ** np.float32(-0.7))
+    np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-5)
+
+
+def test_transpose_made_reshape_merges_with_its_neighbours(tmp_path):
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["b"], perm=[0, 1, 2, 4, 3]),
+             helper.make_node("Reshape", ["b", "s2"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([1, 4, 5, 1, 1], np.int64), "s1"),
+             numpy_helper.from_array(np.array([1, 20, 1, 1], np.int64), "s2")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 20, 1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    src, out = tmp_path / "m.onnx", tmp_path / "m.opt.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), src)
+    rt = pplpy.load(str(src))
+    assert [n.op_type for n in rt.graph.nodes] == ["Reshape"]
+    pplpy.save_optimized_model(str(src), str(out))
+    assert [line for line in pplpy.load(str(out)).pass_log if " 0 change(s)" not in line] == []
+    x = np.arange(20, dtype=np.float32).reshape(1, 20, 1, 1)
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], x)

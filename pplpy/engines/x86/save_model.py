@@ -58,7 +58,10 @@ def same_op(domain, op_type, first, second):
 def _standard_identity(node):
     """(domain, op_type, opset) of the op a node runs: a twin's standard op, else its own."""
     if node.domain == TWIN_DOMAIN and node.op_type in TWINS:
-        return "", node.op_type, TWINS[node.op_type].opset
+        # the opset a twin was read as (its onnx_opset attribute: ReduceMean-13 keeps its
+        # axes attribute), else the one TWINS gives it
+        standard = getattr(node.param, "opset", None)
+        return "", node.op_type, standard if standard is not None else TWINS[node.op_type].opset
     return node.domain, node.op_type, node.opset
 
 

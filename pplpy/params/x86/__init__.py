@@ -32,6 +32,7 @@ class FusedParam:
 
     op: object
     post_ops: tuple = ()
+    opset: int = None  # the ai.onnx opset the twin stands for (None: its TWINS opset)
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,7 +153,7 @@ def parse_twin(op_type, twin):
         entry = find_parser("", op_type, standard)
         param = entry.parse_node(without_post_op_attributes(node_proto, post_ops),
                                  standard, node_proto.name)
-        return FusedParam(param, post_ops)
+        return FusedParam(param, post_ops, standard)
 
     return parse
 
