@@ -50,7 +50,8 @@ def test_pipeline_runs_every_pass_in_order(save_model):
     optimizer = [f"{OPTIMIZER_PREFIX}{entry.pass_id}" for entry in DEFAULT_PIPELINE]
     engine = list(PASS_NAMES)
     at = engine.index("graph_rewrites")
-    assert list(snapshots) == engine[:at] + optimizer + engine[at:]
+    # (snapshots is keyed by name: a pass the pipeline runs twice keeps its first place)
+    assert list(snapshots) == list(dict.fromkeys(engine[:at] + optimizer + engine[at:]))
 
 
 def test_infer_records_types_and_symbolic_dims(save_model):
