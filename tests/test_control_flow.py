@@ -418,7 +418,8 @@ def model0(nodes, inputs, outputs, initializers):
 @pytest.mark.parametrize("trip", [0, 2])
 def test_loop_carries_a_scalar_initializer_with_its_rank(trip):
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cin"], ["cout"]), helper.make_node("Add", ["k", "w"], ["kn"])],
+        [helper.make_node("Identity", ["cin"], ["cout"]),
+         helper.make_node("Add", ["k", "w"], ["kn"])],
         "body", [vi("i", INT64, []), vi("cin", BOOL, []), vi("k", FLOAT, [])],
         [vi("cout", BOOL, []), vi("kn", FLOAT, [])])
     m = model0([helper.make_node("Loop", ["M", "", "k0"], ["kf"], body=body)], [],
@@ -446,7 +447,8 @@ def test_if_branch_returns_an_outer_scalar_initializer(cond):
 def test_scan_starts_from_a_scalar_initializer():
     body = helper.make_graph(
         [helper.make_node("Add", ["s", "xt"], ["sn"]), helper.make_node("Identity", ["sn"], ["o"])],
-        "body", [vi("s", FLOAT, []), vi("xt", FLOAT, [])], [vi("sn", FLOAT, []), vi("o", FLOAT, [])])
+        "body", [vi("s", FLOAT, []), vi("xt", FLOAT, [])],
+        [vi("sn", FLOAT, []), vi("o", FLOAT, [])])
     m = model0([helper.make_node("Scan", ["s0", "x"], ["sf", "os"], body=body, num_scan_inputs=1)],
               [vi("x", FLOAT, [4])], [vi("sf", FLOAT, None), vi("os", FLOAT, None)],
               [("s0", np.array(1.0, np.float32))])

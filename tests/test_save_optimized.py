@@ -4,7 +4,6 @@ in the pplpy domain read back fused (no second fusion), no Reorder nodes, a file
 onnx.checker accepts."""
 
 import collections
-import json
 
 import numpy as np
 import onnx

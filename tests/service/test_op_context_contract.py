@@ -164,7 +164,8 @@ def test_rule_2_one_shape_per_output_and_no_negative_dims():
 ])
 def test_rules_1_and_2_a_result_of_the_wrong_kind_is_a_plugin_error(op_type, result):
     SEEN["result"] = result
-    with pytest.raises(pplpy.PluginError, match='node "odd".*(DataType|tuple of ints|one shape per output)') as info:
+    wrong = 'node "odd".*(DataType|tuple of ints|one shape per output)'
+    with pytest.raises(pplpy.PluginError, match=wrong) as info:
         load([helper.make_node(op_type, ["x"], ["y"], name="odd")], [("x", FLOAT, [2, 3])])
     assert info.value.node == "odd"
 

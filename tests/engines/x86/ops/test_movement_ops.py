@@ -269,8 +269,9 @@ def crop_then_pad(x, pads, mode):
 
 
 @pytest.mark.parametrize("num_threads", [1, 2])
-@pytest.mark.parametrize("mode,pads", [("wrap", [2, -1]), ("wrap", [-1, 3]), ("wrap", [0, -3, 0, 5]),
-                                       ("reflect", [-1, 2]), ("reflect", [0, 2, 0, -2])])
+@pytest.mark.parametrize("mode,pads", [("wrap", [2, -1]), ("wrap", [-1, 3]),
+                                       ("wrap", [0, -3, 0, 5]), ("reflect", [-1, 2]),
+                                       ("reflect", [0, 2, 0, -2])])
 def test_negative_pad_crops_before_wrap(isa, mode, pads, num_threads):
     shape = (4,) if len(pads) == 2 else (3, 4)
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape) + 1

@@ -320,8 +320,9 @@ def nan_reduce_model(op, axes, shape, conv=False):
         nodes.append(helper.make_node("Conv", ["x", "w"], ["t"], group=c))
         src = "t"
     nodes.append(helper.make_node(op, [src, "a"], ["y"], keepdims=1))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
