@@ -39,6 +39,8 @@ include "_brgemm_fp32.pxi"  # the post-op chain declarations (_post_chain_fp32.p
 cdef enum:
     # Multiply-adds below which a step runs serially: a fork and join cost more than they save.
     PARALLEL_MIN = 65536
+    # RoiAlign with sampling_ratio 0: samples per bin along one axis at most (see _grid).
+    ADAPTIVE_SAMPLES_MAX = 256
 
 
 # ---------------------------------------------------------------------------------------
@@ -243,15 +245,19 @@ cdef struct RoiAlignArgs:
 
 
 cdef inline Py_ssize_t _grid(double extent, Py_ssize_t bins, int sampling_ratio) noexcept nogil:
-    """Samples per bin along one axis: sampling_ratio, or ceil(extent / bins)."""
+    """Samples per bin along one axis: sampling_ratio, or ceil(extent / bins), at most
+    ADAPTIVE_SAMPLES_MAX.  A bin takes the product of its two axes' samples, so an uncapped
+    region 1e9 wide (garbage, not a feature map) asked for 1e12 samples a bin and the run
+    never ended; past the cap the bin's average is taken over that many evenly spaced
+    samples instead (a region 256 x 7 = 1792 cells wide is more than any feature map)."""
     cdef double g
     if sampling_ratio > 0:
         return sampling_ratio
     g = ceil(extent / <double>bins)
     if isnan(g) or g < 0:
         return 0
-    if g > 1e6:   # a region a million bins wide is garbage, not a feature map
-        return 1000000
+    if g > ADAPTIVE_SAMPLES_MAX:
+        return ADAPTIVE_SAMPLES_MAX
     return <Py_ssize_t>g
 
 

@@ -257,6 +257,38 @@ def test_roi_align(opset, transform, mode, sampling_ratio, isa, tmp_path):
     assert _load(model, tmp_path, max_isa=isa).run(empty)["y"].shape == (0, 5, 3, 4)
 
 
+def test_roi_align_of_a_huge_region_ends(tmp_path):
+    """sampling_ratio 0 on a region 2e9 cells wide: each axis takes at most 256 samples a bin
+    (it asked for 1e12 a bin and the run never ended).  Every sample lies outside the map,
+    so the averages are 0; run in a child process so a regression fails, not hangs."""
+    import subprocess
+    import sys
+    import textwrap
+
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], output_height=2,
+                            output_width=3, sampling_ratio=0)
+    graph = helper.make_graph(
+        [node], "roi", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 5, 5]),
+                        helper.make_tensor_value_info("rois", TensorProto.FLOAT, [1, 4]),
+                        helper.make_tensor_value_info("batch", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "roi.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]), path)
+    code = textwrap.dedent(f"""
+        import numpy as np, pplpy
+        rt = pplpy.load({str(path)!r}, num_threads=1)
+        y = rt.run({{"x": np.ones((1, 1, 5, 5), np.float32),
+                    "rois": np.array([[-1e9, -1e9, 1e9, 1e9]], np.float32),
+                    "batch": np.zeros(1, np.int64)}})["y"]
+        print(y.shape, float(np.abs(y).max()))
+    """)
+    # (cwd: not the source tree, which would shadow the installed package)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(1,", "1,", "2,", "3)", "0.0"]
+
+
 # ---------------------------------------------------------------------------------------
 # NonMaxSuppression
 
