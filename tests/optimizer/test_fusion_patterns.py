@@ -618,8 +618,9 @@ def test_bert_layer_fused(gelu, mask):
 
 @pytest.mark.parametrize("causal", ["trilu", "range"])
 def test_gpt2_layer_fused(causal):
-    # A position table longer than the build-time probe lengths (64..67): with GPT-2's
-    # 1024 positions as in the real model, shapes downstream of it are known.
+    # A position table longer than the first two build-time probe lengths (64.., 97..; the
+    # third, 321.., it cannot take and leaves the verdict to them): with GPT-2's 1024
+    # positions as in the real model, shapes downstream of it are known.
     model = gb.gpt2_decoder_layer(causal=causal, max_pos=128)
     rt = load(model)
     types = ops(rt)

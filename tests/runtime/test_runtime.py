@@ -157,6 +157,31 @@ def test_a_pooled_free_dim_stays_free(save_model):
         np.testing.assert_array_equal(rt.run({"x": x})["y"], want)
 
 
+@pytest.mark.parametrize("pools", [1, 7])
+def test_a_free_dim_strided_past_the_probe_gap_stays_free(save_model, pools):
+    """A stride of 64 in one pool, or seven 2x2 pools (a detector's P7 level, H / 128),
+    takes the first two probes (64, 97) to one size (1, or 0); the third probe (321) tells
+    the dim is not static.  Taken for static, Shape was folded to the probe's dims and the
+    data-free Transpose became a Reshape to them: every run at another size failed."""
+    k = 64 if pools == 1 else 2
+    nodes = [helper.make_node("MaxPool", [f"p{i}" if i else "x"], [f"p{i + 1}"],
+                              kernel_shape=[k, k], strides=[k, k]) for i in range(pools)]
+    nodes += [helper.make_node("Shape", [f"p{pools}"], ["s"]),
+              helper.make_node("Transpose", [f"p{pools}"], ["y"], perm=[0, 2, 3, 1])]
+    m = _free_dims_model(nodes, [("x", [1, 4, "H", "W"])])
+    m.graph.output.append(helper.make_tensor_value_info("s", TensorProto.INT64, None))
+    rt = pplpy.load(save_model(m), num_threads=1)
+    dims = rt.graph.values[f"p{pools}"].dims  # None: the first probe's 0 rows did not pool
+    assert dims is None or dims[2:] == (None, None)
+    ref = ReferenceEvaluator(m)
+    for h, w in ((128, 128), (256, 384), (128, 700)):
+        x = RNG.standard_normal((1, 4, h, w)).astype(np.float32)
+        got = rt.run({"x": x})
+        want_y, want_s = ref.run(None, {"x": x})
+        np.testing.assert_array_equal(got["s"], want_s)
+        np.testing.assert_array_equal(got["y"], want_y)
+
+
 def test_two_symbols_at_one_axis_are_two_dims(save_model):
     """x[N, 4] + z[M, 4]: N and M are probed with different sizes, so the build does not
     take them for one dim (the element-wise chain then ran on x's shape: N = 1, M = 3

@@ -17,14 +17,17 @@ from pplpy.errors import PplError
 from pplpy.optimizer import PassContext
 
 # Free input dims take these values while shapes are inferred at build time; a dim that
-# changes between the two inferences depends on a free dim (see inference.symbolic_dims).
-# Each distinct free dim (by name; an unnamed one by its place) gets its own pair
-# PROBE_DIMS[p] + 2 * slot, so two different symbols never look alike, and the two values of
-# a pair lie PROBE_GAP apart, so that no stride up to it (a ViT patch embedding: 16, 32) takes
-# them to one size (64 and 65 both pool 2x2 to 32, which then passed for a static dim).
-# Small enough to stay below the tables a free dim indexes (positions: 128 and up).
+# changes between the inferences depends on a free dim (see inference.symbolic_dims).
+# Each distinct free dim (by name; an unnamed one by its place) gets its own set
+# PROBE_DIMS[p] + 2 * slot, so two different symbols never look alike.  The first two lie
+# PROBE_GAP apart, so that no stride up to it (a ViT patch embedding: 16, 32) takes them to
+# one size (64 and 65 both pool 2x2 to 32, which then passed for a static dim), and stay below
+# the tables a free dim indexes (positions: 128 and up).  The third lies 257 above the first,
+# so that a chain of strides up to 256 (a detector's P7 level: H / 128) cannot take all three
+# to one size either; a model that cannot take it (a table of fewer rows) leaves the verdict
+# to the first two, as before.
 PROBE_GAP = 33
-PROBE_DIMS = (64, 64 + PROBE_GAP)
+PROBE_DIMS = (64, 64 + PROBE_GAP, 64 + 257)
 # ``on_pass`` names the graph optimiser's passes (run inside graph_rewrites) "optimizer:<id>".
 OPTIMIZER_PREFIX = "optimizer:"
 
@@ -76,9 +79,10 @@ def infer(state):
     for name, i, d in free:
         slots.setdefault(d if isinstance(d, str) else (name, i), len(slots))
     for key, slot in slots.items():
-        symbols[(PROBE_DIMS[0] + 2 * slot, PROBE_DIMS[1] + 2 * slot)] = \
-            key if isinstance(key, str) else None
-    for probe in range(2 if free else 1):
+        values = tuple(p + 2 * slot for p in PROBE_DIMS)
+        for n in (2, len(values)):  # the third probe may not have reached a value
+            symbols[values[:n]] = key if isinstance(key, str) else None
+    for probe in range(len(PROBE_DIMS) if free else 1):
         dims = {}
         for name, declared in state.input_dims.items():
             dims[name] = tuple(
@@ -95,7 +99,7 @@ def infer(state):
                      evaluate=state.engine.evaluate_op, host=set(), strict=not free)
         probes.append(shapes)
     state.shapes = probes[0]
-    merged = symbolic_dims(probes[0], probes[-1], symbols) if free else probes[0]
+    merged = symbolic_dims(probes, symbols) if free else probes[0]
     for name, record in graph.values.items():
         record.dtype = types.get(name, record.dtype)
         if name in merged:

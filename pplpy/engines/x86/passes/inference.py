@@ -194,20 +194,26 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
     return known
 
 
-def symbolic_dims(probe_a, probe_b, symbol_of):
-    """Merge two inferences made with different probe values for the free input dims:
-    a dim equal in both is static; one that follows a free input dim is that dim's name;
-    any other dim is unknown (None).  ``symbol_of`` maps (probe a, probe b) -> name."""
+def symbolic_dims(probes, symbol_of):
+    """Merge inferences made with different probe values for the free input dims (a list of
+    value name -> dims, the first two always present): a dim equal in all is static; one
+    that follows a free input dim is that dim's name; any other dim is unknown (None).
+    ``symbol_of`` maps the tuple of probe values of a free dim -> its name.  A value the
+    second inference did not reach is unknown; one only a later inference missed (a probe the
+    model cannot take) is decided by those that reached it."""
     merged = {}
-    for name, dims_a in probe_a.items():
-        dims_b = probe_b.get(name)
-        if dims_b == dims_a:  # static
-            merged[name] = dims_a
-            continue
-        if dims_b is None or len(dims_b) != len(dims_a):
+    for name, dims_a in probes[0].items():
+        seen = [dims_a] + [probe.get(name) for probe in probes[1:]]
+        if seen[1] is None:
             merged[name] = tuple(None for _ in dims_a)
             continue
-        merged[name] = tuple(a if a == b else symbol_of.get((a, b)) for a, b in zip(dims_a, dims_b))
+        while seen[-1] is None:
+            seen.pop()
+        if any(dims is None or len(dims) != len(dims_a) for dims in seen):
+            merged[name] = tuple(None for _ in dims_a)
+            continue
+        merged[name] = tuple(axis[0] if len(set(axis)) == 1 else symbol_of.get(axis)
+                             for axis in zip(*seen))
     return merged
 
 
