@@ -170,6 +170,8 @@ class ExecutionPlan:
             made = result.kernels[node].make_step(io)
             for step in as_steps(made):
                 step.label = step.label or node.name
+                if step.fault_message and not step.fault_message.startswith(node.describe()):
+                    step.fault_message = f"{node.describe()}: {step.fault_message}"
                 steps.append(step)
                 self.step_nodes.append(node)
         self.plan = Plan(steps, num_threads, pool)

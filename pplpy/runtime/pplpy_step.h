@@ -16,7 +16,10 @@
  *
  * Step functions must not fail: shapes and arguments are checked when the step is made.  The
  * one exception is a Python step (a plugin kernel written in Python), which takes the GIL,
- * may raise, and then sets *error so that every thread stops after that step.
+ * may raise, and then sets *error so that every thread stops after that step.  Data that
+ * only the run can check (an index computed at run time) a step meets with a safe result
+ * (a zero row, a skipped update) and a ppl_fault record, which the plan's caller turns
+ * into an error after the run.
  *
  * Plugins compile against it through pplpy.build (get_include(), extension()).
  */
@@ -118,6 +121,23 @@ static inline int ppl_next_items(ppl_item_queue *q, ptrdiff_t n, ptrdiff_t chunk
         __atomic_store_n(&q->finished, 0, __ATOMIC_RELAXED);
     }
     return 0;
+}
+
+/* A step's record of bad data met at run time: a ppl_fault in its args, registered when the
+ * step is made (set_fault in step.pxd).  The step still never reads or writes outside its
+ * tensors; it records the first bad value (any thread's) and goes on, and Plan.run raises a
+ * pplpy InputError with it after the run (the outputs are never handed out), clearing the
+ * record for the next run. */
+typedef struct {
+    int hit;
+    long long value;
+} ppl_fault;
+
+static inline void ppl_fault_record(ppl_fault *f, long long value) {
+    if (!__atomic_load_n(&f->hit, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&f->value, value, __ATOMIC_RELAXED);
+        __atomic_store_n(&f->hit, 1, __ATOMIC_RELAXED);
+    }
 }
 
 #endif

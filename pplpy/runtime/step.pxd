@@ -38,6 +38,10 @@ cdef extern from "pplpy_step.h" nogil:
     Py_ssize_t ppl_claim_now(Py_ssize_t left, Py_ssize_t chunk, int nthreads)
     int ppl_next_items(ppl_item_queue *q, Py_ssize_t n, Py_ssize_t chunk, int tid,
                        int nthreads, int *calls, Py_ssize_t *begin, Py_ssize_t *end)
+    ctypedef struct ppl_fault:  # bad data met at run time (in its args; see set_fault)
+        int hit
+        long long value
+    void ppl_fault_record(ppl_fault *f, long long value)
 
 
 cdef class Step:
@@ -49,6 +53,9 @@ cdef class Step:
     cdef public Py_ssize_t work_items  # independent work items a parallel step is cut into,
                                        # shown by the profiler (0: not reported)
     cdef public object keep    # Python objects whose memory the args point into
+    cdef Py_ssize_t fault_offset  # where its ppl_fault lies in args (-1: it has none)
+    cdef public str fault_message  # the error's text; "{value}" is the recorded value
 
 
 cdef Step new_step(ppl_step_fn fn, size_t args_size, bint parallel, object keep=*)
+cdef int set_fault(Step step, ppl_fault *fault, str message) except -1

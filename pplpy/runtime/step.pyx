@@ -16,6 +16,7 @@ import time
 from collections import namedtuple
 
 from pplpy.common.cpu_topology import bind_order
+from pplpy.errors import InputError
 
 
 # One share of a parallel step's work in a profiled run (Plan.run_profiled): ``start`` after
@@ -43,6 +44,9 @@ cdef extern from "pplpy_pool.h" nogil:
 cdef class Step:
     """One compiled step.  Made by an impl module's ``make_*_step`` function."""
 
+    def __cinit__(self):
+        self.fault_offset = -1
+
     def __dealloc__(self):
         if self.owns_args:
             free(self.args)
@@ -65,6 +69,26 @@ cdef Step new_step(ppl_step_fn fn, size_t args_size, bint parallel, object keep=
     step.keep = keep
     step.label = ""
     return step
+
+
+cdef int set_fault(Step step, ppl_fault *fault, str message) except -1:
+    """Register ``fault`` (a ppl_fault inside the step's args) and the InputError text a
+    run raises when the step records bad data there ("{value}": the value it recorded)."""
+    cdef Py_ssize_t offset = <char *>fault - <char *>step.args
+    if step.args == NULL or offset < 0:
+        raise ValueError("a step's fault record must lie in its arguments")
+    step.fault_offset = offset
+    step.fault_message = message
+    return 0
+
+
+def fault_of(Step step):
+    """The value the step recorded as bad in its last run, or None (tests, the profiler)."""
+    cdef ppl_fault *fault
+    if step.fault_offset < 0:
+        return None
+    fault = <ppl_fault *>(<char *>step.args + step.fault_offset)
+    return fault.value if fault.hit else None
 
 
 cdef class PythonStep(Step):
@@ -296,6 +320,7 @@ cdef class Plan:
     cdef uint64_t plan_id
     cdef readonly int num_threads
     cdef readonly tuple steps
+    cdef readonly tuple fallible  # the steps that may record bad data (set_fault)
     cdef readonly ThreadPool pool
 
     def __cinit__(self, steps, int num_threads=1, ThreadPool pool=None):
@@ -322,6 +347,7 @@ cdef class Plan:
             self.c_steps[i].fn = step.fn
             self.c_steps[i].args = step.args
             self.c_steps[i].parallel = step.parallel
+        self.fallible = tuple(s for s in self.steps if (<Step>s).fault_offset >= 0)
 
     def __dealloc__(self):
         free(self.c_steps)
@@ -338,6 +364,8 @@ cdef class Plan:
                               self.num_threads, &self.error, NULL)
         if rc:
             self._raise()
+        if self.fallible:
+            self._raise_faults()
 
     cdef ppl_pool *_c_pool(self):
         return self.pool.pool if self.pool is not None else NULL
@@ -368,6 +396,8 @@ cdef class Plan:
                     t1 = ppl_now_ns()
                 if rc:
                     self._raise()
+                if self.fallible:
+                    self._raise_faults()
                 shares = None
                 if trace[0] >= 0:
                     shares = tuple(
@@ -387,6 +417,22 @@ cdef class Plan:
                 exc, step.exception = step.exception, None
                 raise exc
         raise RuntimeError("a plan step failed without an exception")
+
+    def _raise_faults(self):
+        """Raise an InputError for the first step that recorded bad data in this run, after
+        clearing every record so that the next run starts clean."""
+        cdef Step step
+        cdef ppl_fault *fault
+        first = None
+        for s in self.fallible:
+            step = <Step>s
+            fault = <ppl_fault *>(<char *>step.args + step.fault_offset)
+            if fault.hit:
+                if first is None:
+                    first = step.fault_message.format(value=fault.value)
+                fault.hit = 0
+        if first is not None:
+            raise InputError(first)
 
 
 def run_steps(steps, int num_threads=1, bint bind=True):

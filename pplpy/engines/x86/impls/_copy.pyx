@@ -29,7 +29,8 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from pplpy.runtime.step cimport Step, new_step, ppl_partition, ppl_plan_step
+from pplpy.runtime.step cimport (Step, new_step, ppl_fault, ppl_fault_record, ppl_partition,
+                                 ppl_plan_step, set_fault)
 from pplpy.runtime.step import run_steps
 
 
@@ -318,14 +319,15 @@ cdef struct GatherArgs:
     Py_ssize_t axis_dim
     Py_ssize_t m              # number of indices
     Py_ssize_t row            # bytes of prod(data dims after axis)
+    ppl_fault fault           # an index out of range, fed at run time
 
 
 cdef void gather_step(const void *a, int tid, int nthreads) noexcept nogil:
-    # An index outside [-axis_dim, axis_dim) cannot be reported from here (steps never
-    # fail): its row is zero-filled, so no read goes out of bounds.  Constant and
+    # An index outside [-axis_dim, axis_dim) zero-fills its row, so no read goes out of
+    # bounds, and is recorded: the run then raises an InputError naming it.  Constant and
     # host-known indices are checked, with a pplpy error, before any step is made.
     cdef const GatherArgs *args = <const GatherArgs *>a
-    cdef Py_ssize_t b, e, t, o, j, idx, row = args.row
+    cdef Py_ssize_t b, e, t, o, j, idx, given, row = args.row
     ppl_partition(args.outer * args.m, tid, nthreads, &b, &e)
     for t in range(b, e):
         o = t // args.m
@@ -334,18 +336,21 @@ cdef void gather_step(const void *a, int tid, int nthreads) noexcept nogil:
             idx = <Py_ssize_t>(<const int64_t *>args.indices)[j]
         else:
             idx = <Py_ssize_t>(<const int32_t *>args.indices)[j]
+        given = idx
         if idx < 0:
             idx += args.axis_dim
         if 0 <= idx < args.axis_dim:
             memcpy(args.dst + t * row, args.data + (o * args.axis_dim + idx) * row, row)
         else:
             memset(args.dst + t * row, 0, row)
+            ppl_fault_record(<ppl_fault *>&args.fault, given)
 
 
 def make_gather_step(size_t dst, size_t data, size_t indices, int index_size,
                      Py_ssize_t outer, Py_ssize_t axis_dim, Py_ssize_t m, Py_ssize_t row):
     """Step: y[o, j, :] = data[o, indices[j], :] viewing data as (outer, axis_dim, row bytes);
-    a negative index counts from the end; an index out of range gives a zero row."""
+    a negative index counts from the end; an index out of range gives a zero row and makes
+    the run raise an InputError."""
     if index_size not in (4, 8):
         raise ValueError(f"indices must be int32 or int64 (4 or 8 bytes), got {index_size}")
     if min(outer, axis_dim, m, row) < 0:
@@ -361,6 +366,8 @@ def make_gather_step(size_t dst, size_t data, size_t indices, int index_size,
     args.axis_dim = axis_dim
     args.m = m
     args.row = row
+    set_fault(step, &args.fault, f"index {{value}} is out of range for an axis of "
+              f"{axis_dim} (valid: -{axis_dim} to {axis_dim - 1})")
     return step
 
 

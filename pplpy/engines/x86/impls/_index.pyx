@@ -29,7 +29,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step cimport Step, new_step, ppl_fault, ppl_fault_record, ppl_partition, set_fault
 from pplpy.runtime.step import run_steps
 
 
@@ -189,13 +189,17 @@ cdef struct ElementsArgs:
     Py_ssize_t idims[MAX_RANK]    # dims of indices
     Py_ssize_t dstrides[MAX_RANK] # element strides of data
     Py_ssize_t ddims[MAX_RANK]
+    ppl_fault fault               # an index out of range, fed at run time
 
 
 cdef inline Py_ssize_t element_target(const ElementsArgs *args, Py_ssize_t *idx,
                                       int64_t j) noexcept nogil:
-    """Data element offset of indices position idx with idx[axis] replaced by j, or -1."""
+    """Data element offset of indices position idx with idx[axis] replaced by j, or -1 (an
+    index out of range, recorded)."""
     cdef Py_ssize_t k, off = 0
+    cdef int64_t given = j
     if not in_dim(&j, args.ddims[args.axis]):
+        ppl_fault_record(<ppl_fault *>&args.fault, given)
         return -1
     for k in range(args.rank):
         if k == args.axis:
@@ -303,13 +307,16 @@ cdef Step _elements_step(bint scatter, size_t dst, size_t data, size_t indices, 
     for k in range(rank - 1, -1, -1):
         args.dstrides[k] = s
         s *= data_dims[k]
+    n = data_dims[axis] if rank else 0
+    set_fault(step, &args.fault, f"index {{value}} is out of range for axis {axis} of "
+              f"{n} (valid: -{n} to {n - 1})")
     return step
 
 
 def make_gather_elements_step(size_t dst, size_t data, size_t indices, int index_size,
                               Py_ssize_t es, data_dims, index_dims, Py_ssize_t axis):
     """Step: y (dims of indices) with y[p] = data[p with p[axis] = indices[p]]; an index out
-    of range gives 0."""
+    of range gives 0 and makes the run raise an InputError."""
     return _elements_step(False, dst, data, indices, 0, index_size, es, data_dims, index_dims,
                           axis, 0, R_NONE)
 
@@ -318,7 +325,8 @@ def make_scatter_elements_step(size_t dst, size_t data, size_t indices, size_t u
                                int index_size, Py_ssize_t es, data_dims, index_dims,
                                Py_ssize_t axis, int code, int reduction):
     """Step: y = data, then for each position p of indices in order, y[p with p[axis] =
-    indices[p]] (op)= updates[p]; an index out of range is skipped."""
+    indices[p]] (op)= updates[p]; an index out of range is skipped and makes the run raise
+    an InputError."""
     return _elements_step(True, dst, data, indices, updates, index_size, es, data_dims,
                           index_dims, axis, code, reduction)
 
@@ -340,15 +348,19 @@ cdef struct NDArgs:
     Py_ssize_t rows           # rows of data per batch: prod(dims[b:b+q])
     Py_ssize_t slice          # bytes of one row: prod(dims[b+q:]) * es
     Py_ssize_t dims[MAX_RANK] # data dims[b:b+q]
+    ppl_fault fault           # an index out of range, fed at run time
 
 
 cdef inline Py_ssize_t nd_row(const NDArgs *args, Py_ssize_t t) noexcept nogil:
-    """Row (within its batch) addressed by index tuple t, or -1."""
+    """Row (within its batch) addressed by index tuple t, or -1 (an index out of range,
+    recorded)."""
     cdef Py_ssize_t k, row = 0
-    cdef int64_t j
+    cdef int64_t j, given
     for k in range(args.q):
         j = read_index(args.indices, t * args.q + k, args.index_size)
+        given = j
         if not in_dim(&j, args.dims[k]):
+            ppl_fault_record(<ppl_fault *>&args.fault, given)
             return -1
         row = row * args.dims[k] + j
     return row
@@ -418,6 +430,9 @@ def _nd_step(bint scatter, size_t dst, size_t data, size_t indices, size_t updat
     args.rows = rows
     args.slice = sl
     _set_dims(args.dims, data_dims[batch_dims:batch_dims + q])
+    dims = list(data_dims[batch_dims:batch_dims + q])
+    set_fault(step, &args.fault, f"index {{value}} is out of range for its dim (index tuples "
+              f"address dims {dims}; an index i of dim d lies in -d to d - 1)")
     return step
 
 
@@ -425,7 +440,7 @@ def make_gather_nd_step(size_t dst, size_t data, size_t indices, int index_size,
                         data_dims, Py_ssize_t batch_dims, Py_ssize_t m, Py_ssize_t q):
     """Step: y[b, j] = data[b, indices[b, j, 0], ..., indices[b, j, q-1]] (a slice of the
     trailing dims) for each of the prod(dims[:batch_dims]) batches and m tuples per batch; a
-    tuple out of range gives zeros."""
+    tuple out of range gives zeros and makes the run raise an InputError."""
     return _nd_step(False, dst, data, indices, 0, index_size, es, data_dims, batch_dims, m, q,
                     0, R_NONE)
 
@@ -434,7 +449,8 @@ def make_scatter_nd_step(size_t dst, size_t data, size_t indices, size_t updates
                          int index_size, Py_ssize_t es, data_dims, Py_ssize_t m, Py_ssize_t q,
                          int code, int reduction):
     """Step: y = data, then y[indices[j]] (op)= updates[j] for j < m in order (each a slice
-    of the dims after q); a tuple out of range is skipped."""
+    of the dims after q); a tuple out of range is skipped and makes the run raise an
+    InputError."""
     return _nd_step(True, dst, data, indices, updates, index_size, es, data_dims, 0, m, q, code,
                     reduction)
 

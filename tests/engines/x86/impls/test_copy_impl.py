@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from impl_variants import to_n16cx
 
 from pplpy.engines.x86.impls import _copy as m
+from pplpy.errors import InputError
 
 DTYPES = [np.int8, np.float16, np.float32, np.int64, np.bool_]
 RNG = np.random.default_rng(0)
@@ -118,13 +119,23 @@ def test_gather_big_rows_parallel():
     np.testing.assert_array_equal(y, want)
 
 
-def test_gather_out_of_range_rows_are_zero():
-    """An index outside [-dim, dim) never reads out of bounds in a step: its row is zero."""
+def test_gather_out_of_range_rows_are_zero_and_the_run_raises():
+    """An index outside [-dim, dim) never reads out of bounds in a step: its row is zero,
+    and the run raises an InputError with one of the bad indices."""
     data = rand((4, 3), np.int64)
     idx = np.array([4, -5, 1, 1 << 40], np.int64)
-    y = both_threads(lambda y, t: m.gather(data, idx, 0, y, t), (4, 3), np.int64)
+
+    def gather(y, threads):
+        with pytest.raises(InputError, match=r"index (4|-5|1099511627776) is out of range "
+                                             r"for an axis of 4 \(valid: -4 to 3\)"):
+            m.gather(data, idx, 0, y, threads)
+
+    y = both_threads(gather, (4, 3), np.int64)
     np.testing.assert_array_equal(y[[0, 1, 3]], 0)
     np.testing.assert_array_equal(y[2], data[1])
+    # The record is cleared: a good run after a bad one raises nothing.
+    y = both_threads(lambda y, t: m.gather(data, idx[2:3], 0, y, t), (1, 3), np.int64)
+    np.testing.assert_array_equal(y[0], data[1])
 
 
 @pytest.mark.parametrize("channels", [(16, 16), (5, 7), (3, 17, 1), (20, 30, 33), (1,),

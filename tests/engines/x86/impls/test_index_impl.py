@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from pplpy.engines.x86.impls import _cast, _copy, _index
+from pplpy.errors import InputError
 
 RNG = np.random.default_rng(3)
 THREADS = [1, 2]
@@ -37,11 +38,57 @@ def test_gather_elements(dtype, num_threads):
     np.testing.assert_array_equal(y, np.take_along_axis(data, idx % 300, 0))
 
 
-def test_gather_elements_out_of_range_gives_zeros():
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_gather_elements_out_of_range_gives_zeros_and_raises(num_threads):
     data = np.ones((2, 3), np.float32)
     y = np.empty((2, 3), np.float32)
-    _index.gather_elements(data, np.array([[0, 5, -9], [1, 1, 1]], np.int64), 0, y)
+    with pytest.raises(InputError, match=r"index (5|-9) is out of range for axis 0 of 2 "
+                                         r"\(valid: -2 to 1\)"):
+        _index.gather_elements(data, np.array([[0, 5, -9], [1, 1, 1]], np.int64), 0, y,
+                               num_threads)
     np.testing.assert_array_equal(y, [[1, 0, 0], [1, 1, 1]])
+
+
+# Each indexing step records an index out of range fed at run time and the run raises an
+# InputError after it (steps never fail mid-run: a gather writes zeros, a scatter skips);
+# the record is cleared, so the same step runs again cleanly with good indices.
+def _run_twice(run, bad, good, match):
+    with pytest.raises(InputError, match=match):
+        run(bad)
+    return run(good)
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_scatter_elements_out_of_range_is_skipped_and_raises(num_threads):
+    data = np.zeros(5, np.float32)
+    upd = np.array([1, 2], np.float32)
+    y = np.empty_like(data)
+    _run_twice(lambda i: _index.scatter_elements(data, i, upd, 0, y, "none", num_threads),
+               np.array([1, 7], np.int64), np.array([1, 4], np.int32),
+               r"index 7 is out of range for axis 0 of 5")
+    np.testing.assert_array_equal(y, [0, 1, 0, 0, 2])
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_gather_nd_out_of_range_gives_zeros_and_raises(num_threads):
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = np.full((2,), 7, np.float32)
+    with pytest.raises(InputError, match=r"index -5 is out of range .* dims \[3, 4\]"):
+        _index.gather_nd(data, np.array([[2, 3], [0, -5]], np.int64), 0, y, num_threads)
+    np.testing.assert_array_equal(y, [11, 0])
+    _index.gather_nd(data, np.array([[2, 3], [0, -3]], np.int64), 0, y, num_threads)
+    np.testing.assert_array_equal(y, [11, 1])
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_scatter_nd_out_of_range_is_skipped_and_raises(num_threads):
+    data = np.zeros((3, 2), np.float32)
+    upd = np.ones((2, 2), np.float32)
+    y = np.empty_like(data)
+    _run_twice(lambda i: _index.scatter_nd(data, i, upd, y, "add", num_threads),
+               np.array([[3], [1]], np.int64), np.array([[-1], [1]], np.int64),
+               r"index 3 is out of range for its dim")
+    np.testing.assert_array_equal(y, [[0, 0], [1, 1], [1, 1]])
 
 
 @pytest.mark.parametrize("num_threads", THREADS)
@@ -61,12 +108,14 @@ def test_scatter_nd(reduction, num_threads):
 
 
 @pytest.mark.parametrize("num_threads", THREADS)
-def test_scatter_elements_skips_out_of_range(num_threads):
+def test_scatter_elements_skips_out_of_range_and_raises(num_threads):
     data = np.zeros((400, 300), np.int32)
     idx = np.full((2, 300), 1000, np.int64)
     idx[0, 0] = 5
     y = np.empty_like(data)
-    _index.scatter_elements(data, idx, np.ones((2, 300), np.int32), 0, y, "add", num_threads)
+    with pytest.raises(InputError, match="index 1000 is out of range for axis 0 of 400"):
+        _index.scatter_elements(data, idx, np.ones((2, 300), np.int32), 0, y, "add",
+                                num_threads)
     assert y.sum() == 1 and y[5, 0] == 1
 
 

@@ -134,17 +134,49 @@ def test_gather_out_of_range_constant_index_is_an_error(tmp_path, isa):
         rt.run({"data": np.zeros((2, 3), np.float32)})
 
 
-def test_gather_out_of_range_fed_index_gives_zeros(tmp_path, isa):
-    """Indices known only at run time are never read out of bounds: their rows are zero."""
-    model = make_model([helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)],
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_gather_out_of_range_fed_index_is_an_input_error(tmp_path, isa, num_threads):
+    """Indices known only at run time are never read out of bounds, and the run raises an
+    InputError naming the node and the index (as ONNX Runtime does, instead of handing out
+    zero rows); the runtime stays usable."""
+    model = make_model([helper.make_node("Gather", ["data", "idx"], ["y"], axis=0,
+                                         name="embed")],
                        [vi("data", np.float32, (3, 2)), vi("idx", np.int64, (3,))],
                        [vi("y", np.float32, None)])
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    rt = pplpy.load(str(path), max_isa=isa)
+    rt = pplpy.load(str(path), max_isa=isa, num_threads=num_threads)
     data = random_array((3, 2), np.float32)
-    got = rt.run({"data": data, "idx": np.array([1, 7, -9], np.int64)})["y"]
-    np.testing.assert_array_equal(got, [data[1], [0, 0], [0, 0]])
+    with pytest.raises(pplpy.InputError, match=r'node "embed" .*index (7|-9) is out of range '
+                                               r'for an axis of 3 \(valid: -3 to 2\)'):
+        rt.run({"data": data, "idx": np.array([1, 7, -9], np.int64)})
+    got = rt.run({"data": data, "idx": np.array([1, 2, -3], np.int64)})["y"]
+    np.testing.assert_array_equal(got, data[[1, 2, 0]])
+
+
+def test_gather_out_of_range_in_a_control_flow_body_is_an_input_error(tmp_path):
+    """A body's plan raises as the main plan does; the If's error reaches the caller as
+    the same InputError, and the runtime stays usable."""
+    def branch(name, index_input):
+        return helper.make_graph(
+            [helper.make_node("Gather", ["data", index_input], [f"{name}_y"], name=name)],
+            name, [], [vi(f"{name}_y", np.float32, None)])
+
+    model = make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("then_gather", "idx"),
+                          else_branch=branch("else_gather", "zeros"))],
+        [vi("c", np.bool_, ()), vi("data", np.float32, (3, 2)), vi("idx", np.int64, (3,))],
+        [vi("y", np.float32, None)],
+        [("zeros", np.zeros(3, np.int64))])
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(str(path))
+    data = random_array((3, 2), np.float32)
+    feeds = {"c": np.array(True), "data": data, "idx": np.array([0, 3, 1], np.int64)}
+    with pytest.raises(pplpy.InputError, match=r'node "then_gather" .*index 3 is out of'):
+        rt.run(feeds)
+    feeds["idx"] = np.array([0, 2, 1], np.int64)
+    np.testing.assert_array_equal(rt.run(feeds)["y"], data[[0, 2, 1]])
 
 
 # -- Squeeze -------------------------------------------------------------------------------

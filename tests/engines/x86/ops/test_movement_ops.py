@@ -231,15 +231,25 @@ def test_constant_index_out_of_range_is_a_shape_error(tmp_path):
         load(tmp_path, model).run({"x": np.zeros((3, 2), np.float32)})
 
 
-def test_fed_index_out_of_range_is_a_shape_error_at_plan_time_or_skipped(tmp_path):
-    """Indices fed at run time are not value inputs: the step never reads out of bounds
-    (gathers give zeros, scatters skip)."""
-    model = model_of([helper.make_node("ScatterElements", ["x", "i", "u"], ["y"])],
-                     {"x": np.zeros((3,), np.float32), "i": I64(1, 7), "u": np.ones(2, np.float32)},
-                     ["y"])
+@pytest.mark.parametrize("op_type,feed,bad", [
+    ("ScatterElements", I64(1, 7), 7), ("GatherElements", I64(1, -4), -4),
+    ("ScatterND", np.array([[1], [3]], np.int64), 3),
+    ("GatherND", np.array([[-4], [0]], np.int64), -4)])
+def test_fed_index_out_of_range_is_an_input_error(tmp_path, op_type, feed, bad):
+    """Indices fed at run time are not value inputs: the step never reads or writes out of
+    bounds (gathers give zeros, scatters skip) and the run raises an InputError naming the
+    node and the index, as ONNX Runtime does; the next good run is right."""
+    inputs = ["x", "i", "u"] if op_type.startswith("Scatter") else ["x", "i"]
+    feeds = {"x": np.arange(3, dtype=np.float32), "i": feed, "u": np.ones(2, np.float32)}
+    feeds = {k: v for k, v in feeds.items() if k in inputs}
+    model = model_of([helper.make_node(op_type, inputs, ["y"], name="ix")], feeds, ["y"])
     rt = load(tmp_path, model)
-    out = rt.run({"x": np.zeros(3, np.float32), "i": I64(1, 7), "u": np.ones(2, np.float32)})
-    np.testing.assert_array_equal(out["y"], [0, 1, 0])
+    with pytest.raises(PplError, match=rf'node "ix" .*index {bad} is out of range') as info:
+        rt.run(feeds)
+    assert isinstance(info.value, pplpy.InputError)
+    feeds["i"] = np.zeros_like(feed)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_array_equal(rt.run(feeds)["y"], want)
 
 
 def test_cast_to_bfloat16_is_unsupported(tmp_path):

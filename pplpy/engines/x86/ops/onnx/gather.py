@@ -2,10 +2,10 @@
 indices, negative indices counting from the end (opset 11 allowed them; pplpy accepts them
 at every opset, as onnx's reference does).
 
-Out-of-range indices are an error when the indices are known when the plan is made
-(constants, host-computed values); indices computed at run time cannot be checked by a step,
-which never fails: the step zero-fills the row of an out-of-range index and never reads
-outside ``data``.
+Out-of-range indices are an error: a ShapeError when the indices are known when the plan
+is made (constants, host-computed values); for indices computed at run time the step
+zero-fills the row, never reads outside ``data``, and records the index, and the run raises
+an InputError naming it (a ``ppl_fault``; see pplpy_step.h), as ONNX Runtime refuses them.
 """
 
 import math

@@ -3,9 +3,10 @@ int32 or int64 indices (negative ones count from the end), any element type; sca
 reductions (add, mul from opset 16; max, min from 18) on the numeric types.
 
 Indices known when the plan is made (constants, host values, fed value inputs) are checked
-and an index out of range is a ShapeError naming it.  Indices computed at run time cannot be
-checked by a step, which never fails: a gather writes zeros for an index out of range and a
-scatter skips it, so no step reads or writes outside its tensors.  Duplicate scatter indices
+and an index out of range is a ShapeError naming it.  Indices computed at run time are
+checked by the step: a gather writes zeros for an index out of range and a scatter skips it,
+so no step reads or writes outside its tensors, and the run then raises an InputError naming
+the index (a ``ppl_fault``; see pplpy_step.h), as ONNX Runtime does.  Duplicate scatter indices
 apply in order (the last wins for "none"), as onnx's reference does.
 """
 
