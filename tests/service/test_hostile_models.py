@@ -281,7 +281,16 @@ def sequence_input():
                               [helper.make_value_info("x", seq)],
                               [helper.make_tensor_value_info("y", FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    return model, None, pplpy.ModelError, ['input "x"', "only tensors"]
+    return model, None, pplpy.ModelError, ['input "x"', "only tensors", "a sequence type"]
+
+
+@case
+def untyped_output():
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                              [helper.make_tensor_value_info("x", FLOAT, [2])],
+                              [onnx.ValueInfoProto(name="y")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return model, None, pplpy.ModelError, ['output "y" has no type', "make_tensor_value_info"]
 
 
 @case

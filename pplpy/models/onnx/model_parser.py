@@ -100,9 +100,14 @@ def _all_tensors(model):
 
 def _value_info(vi, role="value"):
     tensor_type = vi.type.tensor_type
-    if not vi.type.HasField("tensor_type"):
-        raise ModelError(f'{role} "{vi.name}": only tensors are supported (got a sequence, map '
-                         f"or optional type)")
+    kind = vi.type.WhichOneof("value")
+    if kind is None:  # onnx.checker refuses a graph input or output without a type too
+        raise ModelError(f'{role} "{vi.name}" has no type; declare it as a tensor with its '
+                         f"element type (onnx.helper.make_tensor_value_info(name, "
+                         f"TensorProto.FLOAT, None) leaves the shape out)")
+    if kind != "tensor_type":
+        raise ModelError(f'{role} "{vi.name}": only tensors are supported (got a '
+                         f'{kind.replace("_type", "")} type)')
     data_type = DataType.from_onnx(tensor_type.elem_type)
     dims = None
     if tensor_type.HasField("shape"):
