@@ -5,7 +5,6 @@ in N16CX behind a Conv, fused into its epilogue and not.  Bad shapes are pplpy S
 naming the input; float16 is an UnsupportedOpError at load."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator

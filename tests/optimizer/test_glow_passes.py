@@ -396,7 +396,6 @@ def elementwise_graphs(draw):
     transposes (some repeated, so CSE and cancelling find work)."""
     values, nodes = ["x"], []
     perms = [[0, 2, 1], [1, 0, 2], [2, 1, 0], [0, 1, 2]]
-    shapes = {"x": (3, 3, 3)}
     for i in range(draw(st.integers(2, 12))):
         kind = draw(st.sampled_from(["unary", "binary", "transpose", "scalar"]))
         out = f"v{i}"

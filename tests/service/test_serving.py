@@ -18,7 +18,7 @@ from onnx_builders import FLOAT, make_model
 import pplpy
 
 # fastapi, uvicorn and httpx are in the test extra: a missing install fails here, loudly.
-import fastapi  # noqa: E402
+import fastapi  # noqa: E402,F401
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
 

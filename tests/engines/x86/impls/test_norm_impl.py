@@ -2,7 +2,6 @@
 can run."""
 
 import numpy as np
-import onnx
 import pytest
 from impl_variants import assert_variants_export_the_same_names, to_n16cx, variant_fixture
 from onnx import TensorProto, helper

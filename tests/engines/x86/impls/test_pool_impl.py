@@ -210,7 +210,7 @@ def _reference_trouble(op_type, case, with_indices=False):
 
 
 def _reference_trouble_reason(op_type, case, with_indices):
-    geo, attrs, auto_pad = case["geo"], case["attrs"], case["auto_pad"]
+    geo, auto_pad = case["geo"], case["auto_pad"]
     in_spatial = case["x"].shape[2:]
     unit_steps = set(geo["strides"]) == {1} and set(geo["dilations"]) == {1}
     if _window_has_no_input(geo, in_spatial):

@@ -19,7 +19,6 @@ from onnx.reference import ReferenceEvaluator
 from pplpy.common.isa_tiers import ISA_NAMES
 from pplpy.engines.x86.impls.dispatch import load_variant
 from pplpy.errors import PplError
-from pplpy.runtime.step import run_steps
 
 FAMILY = "resize_fp32"
 CASES = settings(derandomize=True, deadline=None, max_examples=40,

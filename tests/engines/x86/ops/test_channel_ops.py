@@ -3,7 +3,6 @@ pplpy ChannelShuffle between two convolutions stay blocked (no reorder between t
 convolutions) and match the reference; ChannelShuffle's own shape errors."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator

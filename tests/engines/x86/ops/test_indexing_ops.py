@@ -5,7 +5,7 @@ sizes.  These ops only move data: results must match exactly."""
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from onnx_builders import random_array

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import math
 
-import numpy as np
 
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
