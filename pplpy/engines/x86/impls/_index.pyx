@@ -29,7 +29,8 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from pplpy.runtime.step cimport Step, new_step, ppl_fault, ppl_fault_record, ppl_partition, set_fault
+from pplpy.runtime.step cimport (Step, new_step, ppl_fault, ppl_fault_record, ppl_partition,
+                                 set_fault)
 from pplpy.runtime.step import run_steps
 
 
