@@ -20,9 +20,12 @@
 # splits them across the team with ppl_partition, and every thread count gives the same
 # bytes.
 #
-# Max is written `v if v > m else m`: with -fno-trapping-math gcc turns it into vector
-# max/blend inside a loop of unknown trip count, but not in a 16-trip loop it unrolls first
-# (the global max kernels stay scalar maxss for that reason; they are rare and cheap).
+# Max is _max_nan: `v if (v > m or v != v) else m`, so a NaN tap makes the output NaN
+# wherever it lies in the window (numpy's max, PyTorch's max_pool; ReduceMax does the same;
+# onnx.reference keeps a NaN only as a window's first tap, ONNX Runtime only as its last).
+# With -fno-trapping-math gcc turns it into vector compares and a blend inside a loop of
+# unknown trip count, but not in a 16-trip loop it unrolls first (the global max kernels
+# stay scalar for that reason; they are rare and cheap).
 #
 # Post-op chains (_post_chain_fp32.h, fused by passes/fuse_post_ops.py): a step given one
 # applies it to each output row right after the row is done (a global pool: to each (n, c)
@@ -140,20 +143,23 @@ cdef inline void _divide_by_counts(float* y, Py_ssize_t lanes, Py_ssize_t count_
 # ---------------------------------------------------------------------------------------
 # Row updates: the vectorised inner loops (NDARRAY: an element is one float)
 
+cdef inline float _max_nan(float v, float m) noexcept nogil:
+    """max(m, v) where a NaN on either side wins (the accumulator m sticks once NaN)."""
+    m = v if v > m else m
+    return v if v != v else m
+
+
 cdef inline void _max_into(float* y, const float* x, Py_ssize_t n,
                            Py_ssize_t stride) noexcept nogil:
     """y[j] = max(y[j], x[j * stride]) for j < n."""
     cdef Py_ssize_t j
-    cdef float v
     # A separate unit-stride loop gives gcc contiguous loads (the common stride-1 case).
     if stride == 1:
         for j in range(n):
-            v = x[j]
-            y[j] = v if v > y[j] else y[j]
+            y[j] = _max_nan(x[j], y[j])
     else:
         for j in range(n):
-            v = x[j * stride]
-            y[j] = v if v > y[j] else y[j]
+            y[j] = _max_nan(x[j * stride], y[j])
 
 
 cdef inline void _add_into(float* y, const float* x, Py_ssize_t n,
@@ -176,11 +182,9 @@ cdef inline void _max_into_blocks(float* y, const float* x, Py_ssize_t n,
                                   Py_ssize_t stride) noexcept nogil:
     """y[j, :] = max(y[j, :], x[j * stride, :]) for j < n, rows of 16 floats."""
     cdef Py_ssize_t j, lane
-    cdef float v
     for j in range(n):
         for lane in range(LANES):
-            v = x[j * stride * LANES + lane]
-            y[j * LANES + lane] = v if v > y[j * LANES + lane] else y[j * LANES + lane]
+            y[j * LANES + lane] = _max_nan(x[j * stride * LANES + lane], y[j * LANES + lane])
 
 
 cdef inline void _add_into_blocks(float* y, const float* x, Py_ssize_t n,
@@ -247,8 +251,9 @@ cdef void _max_index_taps(const float* xrow, float* yrow, int64_t* irow, int64_t
             iw = ow * w.stride[2] + offset
             v = xrow[iw]
             # Strictly greater keeps the first maximum; the first tap always lands, as in
-            # onnx.reference, so an all -inf window gets an index.
-            if v > yrow[ow] or irow[ow] < 0:
+            # onnx.reference, so an all -inf window gets an index; the first NaN wins and
+            # sticks (numpy's argmax).
+            if v > yrow[ow] or irow[ow] < 0 or (v != v and yrow[ow] == yrow[ow]):
                 yrow[ow] = v
                 irow[ow] = row_index + iw * w_step
 
@@ -338,23 +343,56 @@ cdef float _row_sum(const float* x, Py_ssize_t n) noexcept nogil:
     return total
 
 
-cdef float _row_max(const float* x, Py_ssize_t n) noexcept nogil:
-    """max(x[:n]) with 16 interleaved partial maxima; -inf if n == 0."""
-    cdef float acc[LANES]
-    cdef Py_ssize_t j, lane, blocks = n // LANES
-    cdef float best = -INFINITY
-    cdef float v
-    for lane in range(LANES):
-        acc[lane] = -INFINITY
-    for j in range(blocks):
-        for lane in range(LANES):
-            v = x[j * LANES + lane]
-            acc[lane] = v if v > acc[lane] else acc[lane]
-    for lane in range(LANES):
-        best = acc[lane] if acc[lane] > best else best
-    for j in range(blocks * LANES, n):
-        best = x[j] if x[j] > best else best
-    return best
+cdef extern from *:
+    """
+    /* The global max kernels in GCC's generic vectors of PPL_VLEN floats (the tier's
+     * register width): written as scalar 16-lane loops, gcc unrolls them before its
+     * vectoriser can turn the NaN-sticky select into compares and a blend (see the head of
+     * _pool_fp32.pxi), and they ran 3-4x slower than a NaN-blind scalar maxss. */
+    #include <math.h>
+    #include <string.h>
+    typedef float ppl_pool_vf __attribute__((vector_size(PPL_VLEN * 4)));
+    typedef int ppl_pool_vi __attribute__((vector_size(PPL_VLEN * 4)));
+    #define PPL_POOL_NV (16 / PPL_VLEN)
+
+    /* acc = max(acc, v) lane by lane, a NaN on either side sticking. */
+    static inline ppl_pool_vf ppl_pool_max_nan(ppl_pool_vf acc, ppl_pool_vf v) {
+        ppl_pool_vi take = (v > acc) | (v != v);
+        return (ppl_pool_vf)(((ppl_pool_vi)v & take) | ((ppl_pool_vi)acc & ~take));
+    }
+
+    /* y[0..16) = max over s < n of x[s * 16 + lane] (an N16CX plane). */
+    static inline void ppl_pool_global_max16(const float *x, float *y, ptrdiff_t n) {
+        ppl_pool_vf acc[PPL_POOL_NV], v;
+        ptrdiff_t s;
+        int k, lane;
+        for (k = 0; k < PPL_POOL_NV; k++)
+            for (lane = 0; lane < PPL_VLEN; lane++) acc[k][lane] = -INFINITY;
+        for (s = 0; s < n; s++) {
+            for (k = 0; k < PPL_POOL_NV; k++) {
+                memcpy(&v, x + s * 16 + k * PPL_VLEN, sizeof v);
+                acc[k] = ppl_pool_max_nan(acc[k], v);
+            }
+        }
+        memcpy(y, acc, sizeof acc);
+    }
+
+    /* max(x[0..n)), -inf if n == 0, NaN if any is. */
+    static inline float ppl_pool_row_max(const float *x, ptrdiff_t n) {
+        float lanes[16], best = -INFINITY;
+        ptrdiff_t j, blocks = n / 16;
+        int lane;
+        ppl_pool_global_max16(x, lanes, blocks);
+        for (lane = 0; lane < 16; lane++)
+            if (lanes[lane] > best || lanes[lane] != lanes[lane]) best = lanes[lane];
+        for (j = blocks * 16; j < n && best == best; j++)
+            if (x[j] > best || x[j] != x[j]) best = x[j];
+        return best;
+    }
+    """
+    void _global_maxpool_n16cx_plane "ppl_pool_global_max16" (const float* x, float* y,
+                                                             Py_ssize_t n) noexcept nogil
+    float _row_max "ppl_pool_row_max" (const float* x, Py_ssize_t n) noexcept nogil
 
 
 cdef void _global_avgpool_n16cx_plane(const float* x, float* y, Py_ssize_t n) noexcept nogil:
@@ -368,22 +406,6 @@ cdef void _global_avgpool_n16cx_plane(const float* x, float* y, Py_ssize_t n) no
             acc[lane] += x[s * LANES + lane]
     for lane in range(LANES):
         y[lane] = acc[lane] / <float>n
-
-
-cdef void _global_maxpool_n16cx_plane(const float* x, float* y, Py_ssize_t n) noexcept nogil:
-    """y[:] = max over s < n of x[s, :]."""
-    cdef float acc[LANES]
-    cdef Py_ssize_t s, lane
-    cdef float v
-    for lane in range(LANES):
-        acc[lane] = -INFINITY
-    for s in range(n):
-        for lane in range(LANES):
-            v = x[s * LANES + lane]
-            acc[lane] = v if v > acc[lane] else acc[lane]
-    for lane in range(LANES):
-        y[lane] = acc[lane]
-
 
 
 cdef struct _GlobalArgs:

@@ -580,3 +580,57 @@ def test_step_makers_check_and_size_their_steps(mod):
                                       (), (), False)
     with pytest.raises(ValueError, match="empty spatial size"):
         mod.make_global_maxpool_n16cx_step(_address(x), _address(y), 4, 0)
+
+
+def _nan_cases(rng):
+    x = rng.standard_normal((2, 20, 9, 11)).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = np.nan
+    x[0, 3] = np.nan  # a plane wholly NaN
+    x[1, 4, :, 2] = np.inf
+    x[1, 5] = -np.inf
+    x[1, 6] = np.inf  # a plane wholly +inf: inf, not NaN
+    return x
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kernel,stride,pad", [(3, 2, 1), (2, 1, 0), (3, 1, 1)])
+def test_a_nan_in_a_window_makes_its_max_nan(mod, kernel, stride, pad, threads):
+    """numpy's max (and PyTorch's max_pool): a NaN anywhere in a window gives NaN, in every
+    layout and path; infinities stay what they are.  (onnx.reference keeps a NaN only as a
+    window's first tap, ONNX Runtime only as its last.)"""
+    x = _nan_cases(np.random.default_rng(5))
+    n, c = x.shape[:2]
+    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (kernel, kernel), axis=(2, 3))
+    want = windows[:, :, ::stride, ::stride].max(axis=(-1, -2))
+    assert np.isnan(want).any() and np.isinf(want).any()
+    y = np.empty(want.shape, np.float32)
+    args = ((1, kernel, kernel), (1, stride, stride), (0, pad, pad), (1, 1, 1))
+    mod.maxpool_ndarray_fp32(_to_5d(x), _to_5d(y), None, *args, 0, threads)
+    np.testing.assert_array_equal(y, want)
+    indices = np.empty(want.shape, np.int64)
+    mod.maxpool_ndarray_fp32(_to_5d(x), _to_5d(y), _to_5d(indices), *args, 0, threads)
+    np.testing.assert_array_equal(y, want)
+    # Where the max is NaN, its index is one of the window's NaN.
+    assert np.isnan(x.reshape(-1)[indices[np.isnan(want)]]).all()
+    yb = np.empty((n, 2, *want.shape[2:], LANES), np.float32)
+    mod.maxpool_n16cx_fp32(to_n16cx(x), yb, (kernel, kernel), (stride, stride), (pad, pad),
+                           (1, 1), threads)
+    np.testing.assert_array_equal(from_n16cx(yb, c), want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_global_max_of_a_plane_with_a_nan_is_nan(mod, threads):
+    x = _nan_cases(np.random.default_rng(6))
+    n, c, h, w = x.shape
+    want = x.reshape(n, c, -1).max(axis=-1)
+    assert np.isnan(want).any() and (want == np.inf).any() and (want == -np.inf).any()
+    rows = x.reshape(n * c, -1)
+    y = np.empty(n * c, np.float32)
+    mod.global_maxpool_ndarray_fp32(rows, y, threads)
+    np.testing.assert_array_equal(y.reshape(n, c), want)
+    xb = to_n16cx(x).reshape(n, -1, h * w, LANES)
+    yb = np.empty((n, xb.shape[1], LANES), np.float32)
+    mod.global_maxpool_n16cx_fp32(xb, yb, threads)
+    np.testing.assert_array_equal(from_n16cx(yb.reshape(n, -1, 1, 1, LANES), c),
+                                  want.reshape(n, c, 1, 1))

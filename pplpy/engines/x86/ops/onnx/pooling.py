@@ -7,6 +7,11 @@ an Indices output run in NDARRAY.  Each kernel hands the plan one compiled step 
 pool_fp32 impls (``make_*_step``), which split output rows across the thread team.
 Element-wise nodes after a pool may run in its step as a post-op chain on each output row
 (passes/fuse_post_ops.py; ``op.post_ops``), except after a MaxPool with Indices.
+
+A NaN anywhere in a max window makes that output NaN (numpy's max, PyTorch's max_pool, and
+pplpy's ReduceMax); onnx.reference keeps a NaN only as a window's first tap and ONNX
+Runtime only as its last, so on NaN input the three can differ.  With Indices, the first
+NaN of the window is the index.
 """
 
 import math
