@@ -362,10 +362,8 @@ cdef class Plan:
         with nogil:
             rc = ppl_pool_run(pool, self.plan_id, self.c_steps, self.n,
                               self.num_threads, &self.error, NULL)
-        if rc:
-            self._raise()
-        if self.fallible:
-            self._raise_faults()
+        if rc or self.fallible:
+            self._raise(rc)
 
     cdef ppl_pool *_c_pool(self):
         return self.pool.pool if self.pool is not None else NULL
@@ -394,10 +392,8 @@ cdef class Plan:
                     # plan id 0: the pool copies the one step each time
                     rc = ppl_pool_run(pool, 0, &self.c_steps[i], 1, nt, &self.error, trace)
                     t1 = ppl_now_ns()
-                if rc:
-                    self._raise()
-                if self.fallible:
-                    self._raise_faults()
+                if rc or self.fallible:
+                    self._raise(rc)
                 shares = None
                 if trace[0] >= 0:
                     shares = tuple(
@@ -411,18 +407,18 @@ cdef class Plan:
             free(trace)
         return results
 
-    def _raise(self):
-        for step in self.steps:
-            if isinstance(step, PythonStep) and step.exception is not None:
-                exc, step.exception = step.exception, None
-                raise exc
-        raise RuntimeError("a plan step failed without an exception")
-
-    def _raise_faults(self):
-        """Raise an InputError for the first step that recorded bad data in this run, after
-        clearing every record so that the next run starts clean."""
+    def _raise(self, int rc):
+        """After a run: raise what went wrong, if anything, and leave no record of it for
+        the next run.  A bad value a step recorded (a ppl_fault) comes first: it was met
+        before any Python step failed (no step runs after a failed one), and the zero rows
+        it left may be what that step failed on."""
         cdef Step step
         cdef ppl_fault *fault
+        exception = None
+        if rc:
+            for s in self.steps:
+                if isinstance(s, PythonStep) and s.exception is not None:
+                    exception, s.exception = s.exception, None
         first = None
         for s in self.fallible:
             step = <Step>s
@@ -433,6 +429,8 @@ cdef class Plan:
                 fault.hit = 0
         if first is not None:
             raise InputError(first)
+        if rc:
+            raise exception or RuntimeError("a plan step failed without an exception")
 
 
 def run_steps(steps, int num_threads=1, bint bind=True):

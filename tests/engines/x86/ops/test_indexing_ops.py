@@ -307,3 +307,30 @@ def test_transpose_and_concat_big_on_two_threads(tmp_path, isa):
     x = random_array((2, 64, 40, 40), np.float32)
     for threads in (1, 2):
         check(tmp_path, model, {"x": x}, isa, num_threads=threads)
+
+
+def test_a_fault_then_a_failing_body_reports_the_first_and_leaves_no_record(tmp_path):
+    """A Gather records a bad index, then a body (an If's Gather) fails in the same run:
+    the run raises the first error, and no record of either is left for the next run (a
+    stale record made the next good run fail)."""
+    branch = helper.make_graph(
+        [helper.make_node("Gather", ["emb", "j"], ["b"], axis=0, name="inner_gather")], "b",
+        [], [vi("b", np.float32, None)])
+    model = make_model(
+        [helper.make_node("Gather", ["emb", "ids"], ["e"], axis=0, name="outer_gather"),
+         helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)],
+        [vi("ids", np.int64, ("K",)), vi("j", np.int64, ("L",)), vi("c", np.bool_, ())],
+        [vi("e", np.float32, None), vi("y", np.float32, None)],
+        [("emb", np.arange(20, dtype=np.float32).reshape(5, 4))])
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(str(path), num_threads=1)
+    good = {"ids": np.array([1, 2], np.int64), "j": np.array([0, 3], np.int64),
+            "c": np.array(True)}
+    want = rt.run(good)
+    bad = dict(good, ids=np.array([1, 99], np.int64), j=np.array([0, 77], np.int64))
+    with pytest.raises(pplpy.InputError, match='node "outer_gather" .*index 99'):
+        rt.run(bad)
+    got = rt.run(good)
+    for name in ("e", "y"):
+        np.testing.assert_array_equal(got[name], want[name])
