@@ -40,7 +40,8 @@ from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.declare import find_op
 from pplpy.engines.x86.ops.op_context import ValueRequired
 from pplpy.engines.x86.passes.inference import infer_types, shape_deciding_values
-from pplpy.errors import InputError, ModelError, ShapeError, UnsupportedOpError
+from pplpy.errors import (InputError, InternalError, ModelError, ShapeError,
+                          UnsupportedOpError)
 
 
 # Builds a Body keeps (per input types and shapes), least recently used first out.
@@ -97,12 +98,22 @@ class Body:
     (like a kernel): builds are cached and made under a lock; it holds no per-run state."""
 
     def __init__(self, graph, options, where):
-        self.graph = graph  # as parsed; never modified (each build works on a copy)
+        # As parsed; never modified (each build works on a copy).  Held weakly: _BODIES maps
+        # the graph to its Bodies weakly, and a strong reference back from the value kept
+        # every If / Loop / Scan graph, and all it built, alive after its model was dropped.
+        self._graph = weakref.ref(graph)
         self.options = options  # the outer engine's EngineOptions
         self.where = where  # 'node "x" (ai.onnx::If, opset 13), then_branch'
         self._typed = {}  # in types -> (out types, indices of shape-deciding inputs)
         self._builds = OrderedDict()  # (in types, in shapes) -> _Built, least recent first
         self._lock = threading.Lock()
+
+    @property
+    def graph(self):
+        graph = self._graph()
+        if graph is None:  # the node holding the body went first: a bug in pplpy
+            raise InternalError(f"{self.where}: the body's graph is gone")
+        return graph
 
     @property
     def input_names(self):
