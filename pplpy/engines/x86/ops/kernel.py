@@ -10,6 +10,8 @@ Python overrides ``do_execute(ctx)`` instead: the default ``make_step`` wraps it
 PythonStep, which takes the GIL for its own call and sees numpy views of the arena.
 """
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +19,38 @@ import numpy as np
 from pplpy.engines.x86.impls.dispatch import load_variant
 from pplpy.errors import PluginError
 from pplpy.runtime.step import PythonStep
+
+
+class ShapeCache:
+    """Arrays a kernel derives for one input shape (weights expanded to it, offset tables),
+    made once per shape and shared by the steps made for it.
+
+    A kernel lives as long as its build, so a plain dict grew by one entry for every shape a
+    model was ever fed (a LayerNorm over (S, D) with a free S: 650 MB over 400 lengths); the
+    least recently used entries go past ``size``.  A step keeps its own reference to what
+    it uses (``Step.keep``), so an entry can go while plans made from it still run."""
+
+    def __init__(self, size=8):
+        self.size = size
+        self._entries = OrderedDict()
+        self._lock = threading.Lock()  # runtimes sharing a build make plans at once
+
+    def get(self, key, make):
+        """The entry for ``key``, made by ``make()`` the first time (or after eviction)."""
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        value = make()
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return value
+
+    def __len__(self):
+        return len(self._entries)
 
 
 @dataclass(frozen=True, slots=True)

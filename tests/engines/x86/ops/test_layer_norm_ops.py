@@ -263,3 +263,43 @@ def test_log_softmax_and_hardmax(op_type, opset, shape, axis, isa, tmp_path):
     model = model_of(node, {"x": x}, {}, opset)
     want = None if opset >= 13 else [coerced_oracle(op_type, x, 1 if axis is None else axis)]
     check(model, {"x": x}, isa, tmp_path, want, rtol=1e-5, atol=1e-5)
+
+
+def test_shape_cache_keeps_the_most_recent_entries():
+    from pplpy.engines.x86.ops.kernel import ShapeCache
+
+    cache, made = ShapeCache(size=3), []
+
+    def make(key):
+        made.append(key)
+        return np.full(2, key)
+
+    for key in (1, 2, 3, 1, 4, 1, 2):
+        np.testing.assert_array_equal(cache.get(key, lambda: make(key)), [key, key])
+    # 1 stayed (used again); 2 went when 4 came (3, 1, 4 then) and was made again.
+    assert made == [1, 2, 3, 4, 2] and len(cache) == 3
+
+
+def test_norms_fed_many_shapes_keep_a_bounded_cache_and_stay_right():
+    """LayerNormalization over (S, D) with a free S, and MeanVarianceNormalization: each
+    kernel derives arrays per input shape (weights expanded to (S, D), offset tables); a
+    model fed many lengths kept every one (650 MB over 400 lengths), now the recent few."""
+    d = 8
+    scale, bias = randn(d), randn(d)
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-2),
+         helper.make_node("MeanVarianceNormalization", ["x"], ["z"], axes=[1, 2])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", d])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")],
+        [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rt = pplpy.load(model.SerializeToString(), num_threads=1, plan_cache_size=2)
+    ref = ReferenceEvaluator(model)
+    for s in list(range(1, 21)) + [3, 1]:
+        x = randn(1, s, d)
+        got, want = rt.run({"x": x}), ref.run(None, {"x": x})
+        np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got["z"], want[1], rtol=1e-4, atol=1e-4)
+    caches = [c for k in rt.result.kernels.values() for c in vars(k).values()
+              if type(c).__name__ == "ShapeCache"]
+    assert len(caches) == 2 and all(0 < len(c) <= c.size for c in caches)

@@ -16,7 +16,7 @@ import numpy as np
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.declare import op
-from pplpy.engines.x86.ops.kernel import X86Kernel
+from pplpy.engines.x86.ops.kernel import ShapeCache, X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.models.onnx.registry import attribute_values, generic_parse
 from pplpy.params.onnx import GroupNormalizationParam, InstanceNormalizationParam
@@ -42,7 +42,7 @@ class ChannelNormKernel(X86Kernel):
         self.weights = {i: np.ascontiguousarray(op_ctx.constant(i), np.float32)
                         for i in (1, 2) if op_ctx.constant(i) is not None}
         self.packed_inputs = tuple(self.weights)
-        self._padded = {}
+        self._padded = ShapeCache()  # channel blocks -> scale, bias padded to them
 
     def _weight(self, io, index, keep):
         if index in self.weights:
@@ -65,10 +65,8 @@ class ChannelNormKernel(X86Kernel):
             blocks = x_shape.physical_dims[1]
             if (1, 2) != tuple(sorted(self.weights)):
                 raise self.op.unsupported("N16CX needs constant scale and B")
-            if blocks not in self._padded:
-                pad = blocks * 16 - C
-                self._padded[blocks] = tuple(np.pad(self.weights[i], (0, pad)) for i in (1, 2))
-            scale, bias = self._padded[blocks]
+            scale, bias = self._padded.get(blocks, lambda: tuple(
+                np.pad(self.weights[i], (0, blocks * 16 - C)) for i in (1, 2)))
             keep += [scale, bias]
             return impl.make_blocked_norm_step(
                 io.inputs[0].address, io.outputs[0].address,

@@ -17,7 +17,7 @@ import numpy as np
 
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.declare import op
-from pplpy.engines.x86.ops.kernel import X86Kernel
+from pplpy.engines.x86.ops.kernel import ShapeCache, X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.oputils.onnx.shape_functions import normalize_axis
 from pplpy.params.onnx import LayerNormalizationParam, RMSNormalizationParam
@@ -57,17 +57,16 @@ class RowNormKernel(X86Kernel):
             if value is not None:
                 self.weights[index] = np.array(value, np.float32)
         self.packed_inputs = tuple(self.weights)
-        self._expanded = {}  # (index, normalised shape) -> contiguous expanded weights
+        self._expanded = ShapeCache()  # (index, normalised shape) -> expanded weights
 
     def _constant_weights(self, index, norm_shape):
-        key = (index, norm_shape)
-        if key not in self._expanded:
+        def expand():
             value = self.weights[index]
             while value.ndim > len(norm_shape):
                 value = value[0]  # leading 1s (checked by shape inference)
-            self._expanded[key] = np.ascontiguousarray(
-                np.broadcast_to(value, norm_shape), np.float32)
-        return self._expanded[key]
+            return np.ascontiguousarray(np.broadcast_to(value, norm_shape), np.float32)
+
+        return self._expanded.get((index, norm_shape), expand)
 
     def make_step(self, io):
         if not self.has_work(io):

@@ -2,7 +2,7 @@
 epsilon and the population std are those of the spec's function body)."""
 
 from pplpy.engines.x86.ops.declare import op
-from pplpy.engines.x86.ops.kernel import X86Kernel
+from pplpy.engines.x86.ops.kernel import ShapeCache, X86Kernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.oputils.onnx.shape_functions import normalize_axis
 from pplpy.params.onnx import MeanVarianceNormalizationParam
@@ -18,17 +18,15 @@ def normalized_axes(axes, rank):
 class MeanVarianceNormalizationKernel(X86Kernel):
     def __init__(self, op_ctx):
         super().__init__(op_ctx)
-        self._offsets = {}  # dims -> offsets of the kept and reduced elements
+        self._offsets = ShapeCache()  # dims -> offsets of the kept and reduced elements
 
     def make_step(self, io):
         if not self.has_work(io):
             return None
         impl = self.impl("layernorm_fp32")
         dims = io.inputs[0].shape.dims
-        if dims not in self._offsets:
-            self._offsets[dims] = impl.mvn_offsets(dims, normalized_axes(self.param.axes,
-                                                                         len(dims)))
-        kept, red, run = self._offsets[dims]
+        kept, red, run = self._offsets.get(dims, lambda: impl.mvn_offsets(
+            dims, normalized_axes(self.param.axes, len(dims))))
         return impl.make_mvn_step(io.inputs[0].address, io.outputs[0].address, kept, red, run,
                                   io.inputs[0].shape.element_count,
                                   (io.inputs[0].array, io.outputs[0].array))

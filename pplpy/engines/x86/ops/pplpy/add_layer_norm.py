@@ -16,7 +16,7 @@ import numpy as np
 
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.ops.declare import op
-from pplpy.engines.x86.ops.kernel import X86Kernel
+from pplpy.engines.x86.ops.kernel import ShapeCache, X86Kernel
 from pplpy.engines.x86.ops.onnx.layer_norm import broadcast_strides
 from pplpy.engines.x86.ops.op_context import X86OptKernel
 from pplpy.params.x86 import AddLayerNormalizationParam
@@ -28,13 +28,12 @@ class AddLayerNormKernel(X86Kernel):
         self.weights = {i: np.array(op_ctx.constant(i), np.float32)
                         for i in (2, 3) if op_ctx.input_present(i)}
         self.packed_inputs = tuple(self.weights)
-        self._expanded = {}  # (input index, n) -> n contiguous values
+        self._expanded = ShapeCache()  # (input index, n) -> n contiguous values
 
     def _row_weights(self, index, n):
-        if (index, n) not in self._expanded:
-            value = self.weights[index].reshape(-1)  # rank and size checked by infer_shape
-            self._expanded[index, n] = np.ascontiguousarray(np.broadcast_to(value, (n,)))
-        return self._expanded[index, n]
+        value = self.weights[index].reshape(-1)  # rank and size checked by infer_shape
+        return self._expanded.get((index, n), lambda: np.ascontiguousarray(
+            np.broadcast_to(value, (n,))))
 
     def make_step(self, io):
         if not self.has_work(io):
