@@ -487,3 +487,31 @@ def test_a_dropped_model_frees_its_bodies():
     gc.collect()
     assert len(control_body._BODIES) == before
     assert sum(ref() is not None for ref in graphs) == before
+
+
+def test_a_loop_whose_carried_value_grows_starts_no_pool_per_length():
+    """Each length of a growing carried value is a body runtime of its own; each had its own
+    thread pool (num_threads - 1 workers a length: 2,000 threads for 300 iterations).  Body
+    runtimes run on the process-wide pool now."""
+    import os
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Concat", ["v_in", "row"], ["v_out"], axis=0)], "body",
+        [vi("it", INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("v_in", FLOAT, ["n", 4])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("v_out", FLOAT, ["m", 4])])
+    m = model([helper.make_node("Loop", ["M", "", "x"], ["v"], body=body)],
+              [("x", FLOAT, [1, 4]), ("M", INT64, [])], [("v", FLOAT, ["T", 4])],
+              [("row", np.ones((1, 4), np.float32))], opset=17)
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    before = threads()
+    rt = pplpy.load(m.SerializeToString(), num_threads=4)
+    x = np.zeros((1, 4), np.float32)
+    for trips in (10, 40, 40):
+        out = rt.run({"x": x, "M": np.array(trips, np.int64)})["v"]
+        np.testing.assert_array_equal(out, np.concatenate([x, np.ones((trips, 4), np.float32)]))
+    # The runtime's 3 workers, and at most the process-wide pool's 3 if it was not running.
+    assert threads() - before <= 6

@@ -32,7 +32,7 @@ DEFAULT_PLAN_CACHE_SIZE = 8
 
 class Runtime:
     def __init__(self, result, plan_cache_size=DEFAULT_PLAN_CACHE_SIZE, override=None,
-                 value_feeds=None):
+                 value_feeds=None, pool=None):
         try:
             plan_cache_size = int(plan_cache_size)
         except (TypeError, ValueError):
@@ -44,9 +44,10 @@ class Runtime:
         self._graph = result.graph
         self._input_infos = list(self._graph.inputs)
         self.num_threads = result.options.num_threads
-        # the workers every plan of this runtime runs on (see step.ThreadPool)
-        self._pool = (ThreadPool(self.num_threads, result.options.bind_threads)
-                      if self.num_threads > 1 else None)
+        # the workers every plan of this runtime runs on (see step.ThreadPool): its own, or
+        # the one given (a control-flow body's runtimes share the process-wide pool)
+        self._pool = pool if pool is not None or self.num_threads <= 1 else ThreadPool(
+            self.num_threads, result.options.bind_threads)
         self.profiler = Profiler()
         self.plan_cache_size = int(plan_cache_size)
         self._plans = OrderedDict()  # signature -> ExecutionPlan

@@ -23,8 +23,11 @@
   its ``value_inputs``.  A value the plan cannot know is a ``ValueRequired``, which the
   runtime reports as an UnsupportedOpError naming the node.
 - Running: the control-flow kernels are Python steps (they drive nested runtimes); the
-  body's own steps are compiled.  The body's runtime has its own thread pool: its plan runs
-  on the calling thread and those workers while the outer plan's workers wait.
+  body's own steps are compiled.  The body's runtimes run on the process-wide pool of the
+  engine's thread count: a body plan runs on the calling thread and those workers while the
+  outer plan's workers wait (a body nested in a body, or two outer runtimes in a body at
+  once, find that pool busy and run on the calling thread alone).  An outer plan keeps the
+  runtimes of the last MAX_BUILDS body input shapes.
 """
 
 import contextlib
@@ -241,11 +244,17 @@ class Body:
 
     def runtime(self, in_types, in_shapes):
         """A new Runtime of the body for inputs of these types and shapes (one per outer
-        plan: runtimes of one build share its kernels, and run in parallel)."""
+        plan: runtimes of one build share its kernels, and run in parallel).  Its plans run
+        on the process-wide pool of the engine's thread count, not a pool of its own: a
+        Loop whose carried value grows makes a runtime per length, and each had started
+        its own workers (2,000 threads for 300 iterations)."""
         from pplpy.runtime.runtime import Runtime
+        from pplpy.runtime.step import shared_pool
 
         built = self._build_for(in_types, in_shapes)
-        return Runtime(built.result, value_feeds=built.value_feeds)
+        o = self.options
+        pool = shared_pool(o.num_threads, o.bind_threads) if o.num_threads > 1 else None
+        return Runtime(built.result, value_feeds=built.value_feeds, pool=pool)
 
 
 class BodyRunner:
@@ -255,7 +264,7 @@ class BodyRunner:
     def __init__(self, body, where):
         self.body = body
         self.where = where
-        self._runtimes = {}
+        self._runtimes = OrderedDict()  # the last MAX_BUILDS, least recently used first
 
     def run(self, arrays):
         """The body's outputs (fresh arrays, in output order) for inputs ``arrays``."""
@@ -264,6 +273,10 @@ class BodyRunner:
         runtime = self._runtimes.get(key)
         if runtime is None:
             runtime = self._runtimes[key] = self.body.runtime(types, [a.shape for a in arrays])
+            while len(self._runtimes) > MAX_BUILDS:
+                self._runtimes.popitem(last=False)
+        else:
+            self._runtimes.move_to_end(key)
         with naming(self.where):
             outputs = runtime.run(dict(zip(self.body.input_names, arrays)))
         return [outputs[name] for name in self.body.output_names]
