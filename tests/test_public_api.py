@@ -371,3 +371,32 @@ def test_initializers_listed_as_inputs_are_overridable_defaults(save_model):
     np.testing.assert_array_equal(rt.run({"x": x})["y"], x + w)
     with pytest.raises(pplpy.InputError):
         rt.run({"x": x, "w": np.ones(4, np.float32)})
+
+
+@pytest.mark.parametrize("change", ["replace", "remove"])
+def test_an_override_after_the_model_file_changed_is_an_error(tmp_path, change):
+    """The override variant is parsed from the file when a run first feeds an overridable
+    initializer; a file replaced since (here by a Mul model) made that run compute with the
+    other model's graph, silently.  Now it is a ModelError; plain runs go on as loaded."""
+    def model(op):
+        graph = helper.make_graph(
+            [helper.make_node(op, ["x", "w"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
+             helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(np.ones(2, np.float32), "w")], doc_string=op * (4 if op == "Mul" else 1))
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+    path = tmp_path / "m.onnx"
+    onnx.save(model("Add"), path)
+    rt = pplpy.load(str(path))
+    x = np.zeros(2, np.float32)
+    path.unlink()
+    if change == "replace":
+        onnx.save(model("Mul"), path)
+    with pytest.raises(pplpy.ModelError, match="changed or removed since it was loaded"):
+        rt.run({"x": x, "w": np.full(2, 5, np.float32)})
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], [1, 1])
+    # Loaded from bytes, the variant is made from those bytes.
+    rt = pplpy.load(bytearray(model("Add").SerializeToString()))
+    np.testing.assert_array_equal(rt.run({"x": x, "w": np.full(2, 5, np.float32)})["y"], [5, 5])

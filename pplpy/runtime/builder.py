@@ -10,6 +10,7 @@ MemoryError while folding constants) is wrapped by ``pplpy.errors.guard``.
 
 import math
 import operator
+import os
 import threading
 
 import numpy as np
@@ -63,13 +64,25 @@ class RuntimeBuilder:
         that a feed may override (see ``override_builder``).
         """
         load_plugins()
+        if isinstance(path, (bytearray, memoryview)):
+            path = bytes(path)  # the caller may change them; the override variant reads them
         with guard("reading the model", memory_error=ModelError):
             graph, unparsed = parse_model(load_model_proto(path), cast_to_float32)
         builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, passes=passes,
                       plan_cache_size=plan_cache_size, on_pass=on_pass)
         if graph.overridable:
+            # The variant is parsed again from the file when a run first feeds an
+            # overridable initializer (holding a second copy of the weights until then would
+            # double the model's memory); a file changed since makes that run an error, not
+            # a build of another model.
+            identity = _file_identity(path)
 
             def rebuild():
+                if _file_identity(path) != identity:
+                    raise ModelError(
+                        f"model file {path!r} was changed or removed since it was loaded; a "
+                        f"run that feeds an initializer the model lists as an input reads "
+                        f"the file again: load the model again")
                 with guard("reading the model", memory_error=ModelError):
                     variant, skipped = parse_model(load_model_proto(path), cast_to_float32,
                                                    override_initializers=True)
@@ -98,6 +111,18 @@ class RuntimeBuilder:
     def create_runtime(self):
         override = self.override_builder if self._rebuild is not None else None
         return Runtime(self.result, self.plan_cache_size, override)
+
+
+def _file_identity(path):
+    """What tells a model file from a changed one: (inode, size, modification time), None
+    when ``path`` is the model's bytes (kept as they are) or no longer a file."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _check_supported(graph, unparsed, engine):
