@@ -35,6 +35,7 @@ from pplpy.errors import PplError
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
 from pplpy.plugins import PluginWarning
 from pplpy.runtime.builder import RuntimeBuilder
+from pplpy.runtime.fork import reset_after_fork
 
 __all__ = ["ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "NodeArg",
            "SessionOptions", "get_available_providers"]
@@ -178,8 +179,14 @@ class InferenceSession:
         self._idle = [self._new_runtime()]
         self._all = list(self._idle)
         self._cond = threading.Condition()
+        reset_after_fork(self)
         self._profiling = bool(options.enable_profiling)
         self._profile_start = time.time()
+
+    def _after_fork_in_child(self):
+        # Only this thread exists here: a runtime another thread had checked out is idle.
+        self._cond = threading.Condition()
+        self._idle = list(self._all)
 
     def _new_runtime(self):
         rt = self._builder.create_runtime()

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from pplpy.errors import InputError, PplError, guard
+from pplpy.runtime.fork import reset_after_fork
 from pplpy.runtime.plan import ExecutionPlan
 from pplpy.runtime.step import ThreadPool
 from pplpy.runtime.profiler import Profiler
@@ -53,6 +54,7 @@ class Runtime:
         self._plans = OrderedDict()  # signature -> ExecutionPlan
         self._last = None
         self._lock = threading.Lock()
+        reset_after_fork(self)
         # Initializers the model also lists as inputs: a feed may override them, in a
         # runtime of the builder's override variant (made on first use).
         self._overridable = dict(result.graph.overridable) if override is not None else {}
@@ -144,6 +146,10 @@ class Runtime:
         return dict(self._last.tensor_shapes) if self._last is not None else {}
 
     # -- running -------------------------------------------------------------------------
+
+    def _after_fork_in_child(self):
+        # A run another thread was in when the process forked holds no lock here.
+        self._lock = threading.Lock()
 
     def run(self, feeds, output_names=None):
         """Run the model.  ``feeds`` maps input name -> numpy array; returns name -> array

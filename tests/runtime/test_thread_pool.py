@@ -468,3 +468,56 @@ def test_prewake_wakes_a_sleeping_team_and_runs_stay_right():
         fill_and_copy(pool, src, dst, value, 2).run()
         assert (dst == value).all()
     assert not ThreadPool(1).prewake()  # no workers: nothing to wake
+
+
+_FORK_WHILE_RUNNING = r"""
+import os, signal, sys, threading, time
+import numpy as np
+import pplpy
+from onnx import TensorProto, helper, numpy_helper
+
+w = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+graph = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 256])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    [numpy_helper.from_array(w, "w")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+rt = pplpy.load(model, num_threads=2)
+session = pplpy.InferenceSession(model)
+big, one = np.ones((512, 256), np.float32), np.ones((1, 256), np.float32)
+stop = threading.Event()
+
+def busy():  # always inside a run: the runtime's lock and the session's runtime are taken
+    while not stop.is_set():
+        rt.run({"x": big})
+        session.run(None, {"x": big})
+
+threading.Thread(target=busy, daemon=True).start()
+time.sleep(0.2)
+hung = 0
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a child whose run never returns dies of SIGALRM
+        ok = np.allclose(rt.run({"x": one})["y"], one @ w, rtol=1e-4, atol=1e-3)
+        ok &= np.allclose(session.run(None, {"x": one})[0], one @ w, rtol=1e-4, atol=1e-3)
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    hung += os.waitstatus_to_exitcode(status) != 0
+stop.set()
+print("failed children:", hung)
+sys.exit(1 if hung else 0)
+"""
+
+
+def test_a_child_forked_while_a_thread_runs_can_run():
+    """fork() while another thread is inside run(): the child inherited the runtime's lock
+    held (and the session's runtime checked out) by a thread it does not have, and its own
+    run waited for ever.  Locks and the session's idle list are reset in a child."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FORK_WHILE_RUNNING], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
