@@ -259,6 +259,31 @@ def test_clip_11_bounds_fed_and_computed_at_run_time(blocked, tmp_path):
     _check(model, feeds, supported_isas()[0], tmp_path, blocked, "Clip")
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("bounds", [("lo", "hi"), ("lo",), ("", "hi"), ()], ids=str)
+def test_clip_of_integers(dtype, bounds):
+    """Clip of int32 / int64 (opset 12's types; an exported `(lengths - 1).clamp(min=0)`),
+    bounds constant (lo) or fed (hi), after an integer Sub, against onnx.reference."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("Sub", ["x", "one"], ["d"]),
+         helper.make_node("Clip", ["d", *bounds], ["y"])], "g",
+        [helper.make_tensor_value_info("x", elem, ["N"]),
+         helper.make_tensor_value_info("hi", elem, [])],
+        [helper.make_tensor_value_info("y", elem, None)],
+        [numpy_helper.from_array(np.array(1, dtype), "one"),
+         numpy_helper.from_array(np.array(0, dtype), "lo")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rt = pplpy.load(model.SerializeToString())
+    ref = ReferenceEvaluator(model)
+    for hi in (6, -3):
+        feeds = {"x": np.array([-5, 0, 1, 2, 7, 100, np.iinfo(dtype).min + 1] * 3, dtype),
+                 "hi": np.array(hi, dtype)}
+        got = rt.run(feeds)["y"]
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, ref.run(None, feeds)[0])
+
+
 SUMS = {
     "three_same": ([(2, C, 5, 3)] * 3, True),
     "four_broadcast": ([(2, C, 5, 3), (C, 1, 1), (1, C, 1, 1), (C, 1, 1)], True),

@@ -25,6 +25,7 @@ import numpy as np
 
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
+from pplpy.engines.x86.impls import _logic
 from pplpy.engines.x86.impls.broadcast import broadcast_strides
 from pplpy.engines.x86.impls.post_ops import PostOp
 from pplpy.engines.x86.ops.canned import (
@@ -133,7 +134,8 @@ ACTIVATIONS = (
     Activation("Relu", 6, PostOp.RELU),
     Activation("LeakyRelu", 6, PostOp.LEAKY_RELU, _alpha, LeakyReluParam),
     Activation("Clip", 6, PostOp.CLIP, _clip_attributes, ClipParam, parse_clip_attributes),
-    Activation("Clip", 11, PostOp.CLIP, input_params=_clip_inputs),  # min/max became inputs
+    # min/max became inputs; int32 / int64 from opset 12 (_int_clip_step)
+    Activation("Clip", 11, PostOp.CLIP, input_params=_clip_inputs, int_types=True),
     Activation("Sigmoid", 6, PostOp.SIGMOID),
     Activation("Tanh", 6, PostOp.TANH),
     Activation("HardSwish", 14, PostOp.HARD_SWISH),
@@ -174,6 +176,28 @@ ACTIVATIONS = (
 )
 
 
+def _int_clip_step(io):
+    """Clip of int32 / int64 (``(lengths - 1).clamp(min=0)`` in exported models): y = max(x,
+    min), then y = min(y, max), as passes of the baseline _logic module over the flat tensor;
+    the one-element bounds are read where they lie at each run (constants, feeds)."""
+    x, y = io.inputs[0], io.outputs[0]
+    size, elem_type = y.array.size, y.shape.data_type.value
+    passes, keep, source = [], [x.array, y.array], x
+    for index, name in ((1, "MAX"), (2, "MIN")):
+        bound = io.inputs[index] if index < len(io.inputs) else None
+        if bound is None:
+            continue
+        passes.append(_logic.make_pass(_logic.OPS[name], elem_type,
+                                       [source.address, bound.address], [size, 1], [size],
+                                       [[1], [0]]))
+        keep.append(bound.array)
+        source = y
+    if not passes:  # no bounds: a copy
+        passes.append(_logic.make_pass(_logic.OPS["MAX"], elem_type, [x.address, x.address],
+                                       [size, size], [size], [[1], [1]]))
+    return _logic.make_step(y.address, y.array.itemsize, size, passes, keep=keep)
+
+
 class ActivationKernel(X86Kernel):
     """y = f(x) as one flat activation step, in either format (N16CX padding stays finite)."""
 
@@ -187,6 +211,8 @@ class ActivationKernel(X86Kernel):
         x, y = io.inputs[0], io.outputs[0]
         row = self.activation
         impl = self.impl("eltwise_fp32")
+        if x.shape.data_type is not DataType.FLOAT32 and row.op_type == "Clip":
+            return _named(_int_clip_step(io), self.node.name)
         if x.shape.data_type is not DataType.FLOAT32:  # Abs, Neg, Sign of int32 / int64
             step = impl.make_int_unary_step(x.shape.data_type.numpy, x.address, y.address,
                                             x.array.size, int(row.code))
