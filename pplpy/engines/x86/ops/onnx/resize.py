@@ -57,6 +57,10 @@ _POLICIES = ("stretch", "not_larger", "not_smaller")
 def _source_coordinates(transform, out_int, in_size, scale, roi):
     """x_ori for each output position, and a mask of positions outside the crop (or None)."""
     y = np.arange(out_int, dtype=np.float64)
+    # The spec's length_resized is scale * in_size, fractional for a scale that does not
+    # give a whole length (onnx.reference and the conformance case
+    # resize_downsample_scales_linear_align_corners; onnx/onnx#2462 keeps it); ONNX Runtime
+    # and PyTorch use the whole output length there (README: where results differ).
     out_width = scale * in_size
     outside = None
     if transform == "align_corners":
