@@ -234,8 +234,11 @@ class Runtime:
             want = info.data_type.numpy
             declared = _describe_dims(info.dims)
             if array.dtype != want:
+                given = "" if isinstance(value, np.ndarray) else (
+                    f" (a {type(value).__name__}, which numpy made {array.dtype}; pass "
+                    f"np.asarray(value, np.{want.name}))")
                 raise InputError(f'input "{info.name}": expected {info.data_type} {declared}, '
-                                 f"got {array.dtype} {list(array.shape)}")
+                                 f"got {array.dtype} {list(array.shape)}{given}")
             if info.dims is not None:
                 if array.ndim != len(info.dims):
                     raise InputError(f'input "{info.name}": expected rank {len(info.dims)} '

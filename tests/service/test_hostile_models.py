@@ -504,6 +504,13 @@ def feed_wrong_dtype():
 
 
 @case
+def feed_a_list():
+    return (relu_model(), {"x": [[1.0, 2.0, 3.0]] * 2}, pplpy.InputError,
+            ['input "x"', "got float64 [2, 3] (a list, which numpy made float64",
+             "np.asarray(value, np.float32)"])
+
+
+@case
 def feed_wrong_rank():
     return (relu_model(), {"x": np.ones(6, np.float32)}, pplpy.InputError,
             ['input "x"', "expected rank 2", "got rank 1"])
