@@ -515,3 +515,51 @@ def test_a_loop_whose_carried_value_grows_starts_no_pool_per_length():
         np.testing.assert_array_equal(out, np.concatenate([x, np.ones((trips, 4), np.float32)]))
     # The runtime's 3 workers, and at most the process-wide pool's 3 if it was not running.
     assert threads() - before <= 6
+
+
+def _table_loop(trip_count_input, index_scale, table_rows, acc_dims, dtype=np.float32):
+    """A Loop summing rows table[i * index_scale] of a table of ``dtype``."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["i", "scale"], ["j"]),
+         helper.make_node("Gather", ["table", "j"], ["row"], axis=0),
+         helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Add", ["acc", "row"], ["acc_out"])], "body",
+        [vi("i", INT64, []), vi("c", TensorProto.BOOL, []), vi("acc", elem, acc_dims)],
+        [vi("c_out", TensorProto.BOOL, []), vi("acc_out", elem, acc_dims)],
+        [numpy_helper.from_array(np.array(index_scale, np.int64), "scale")])
+    table = np.arange(table_rows * max(1, int(np.prod(acc_dims))), dtype=dtype)
+    return (helper.make_node("Loop", [trip_count_input, "", "acc0"], ["total"], body=body),
+            [("table", table.reshape(table_rows, *acc_dims)), ("acc0", np.zeros(acc_dims, dtype))])
+
+
+def test_a_loop_that_reads_past_its_table_only_at_a_probe_size_loads():
+    """A Loop of N trips (N a free dim) reading table[i] of 200 rows is valid for N <= 200;
+    the build's probe sizes (up to 321) ran its body past the table, and the fault of that
+    build-time run failed the load.  It is the run's business now."""
+    loop, inits = _table_loop("n", 1, 200, [], np.int64)  # int64: computed on the host
+    m = model([helper.make_node("Shape", ["x"], ["s"]),
+               helper.make_node("Gather", ["s", "one"], ["n"], axis=0), loop,
+               helper.make_node("Cast", ["total"], ["t"], to=FLOAT),
+               helper.make_node("Add", ["x", "t"], ["y"])],
+              [("x", FLOAT, [1, "N"])], [("y", FLOAT, None)],
+              inits + [("one", np.array(1, np.int64))], opset=17)
+    rt = pplpy.load(m.SerializeToString())
+    x = np.zeros((1, 10), np.float32)
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], np.full((1, 10), 45, np.float32))
+    with pytest.raises(pplpy.InputError, match="index 200 is out of range"):
+        rt.run({"x": np.zeros((1, 201), np.float32)})
+
+
+def test_a_constant_loop_that_reads_past_its_table_fails_each_run_not_the_load():
+    """Constant folding computed the constant Loop at load and its Gather's fault failed the
+    load with an InputError, no feed given; the node now stays and each run reports it, as
+    ONNX Runtime loads the model and fails its runs."""
+    loop, inits = _table_loop("n", 2, 4, [3])
+    m = model([loop, helper.make_node("Add", ["total", "x"], ["y"])],
+              [("x", FLOAT, [3])], [("y", FLOAT, None)],
+              inits + [("n", np.array(3, np.int64))], opset=17)
+    rt = pplpy.load(m.SerializeToString())
+    assert [n.op_type for n in rt.graph.nodes].count("Loop") == 1
+    with pytest.raises(pplpy.InputError, match=r'body: node .*index 4 is out of range'):
+        rt.run({"x": np.zeros(3, np.float32)})

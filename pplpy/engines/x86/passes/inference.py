@@ -15,7 +15,8 @@ import operator
 from pplpy.common.data_type import DataType
 from pplpy.common.versioned_registry import provider_of
 from pplpy.engines.x86.ops.op_context import ValueRequired
-from pplpy.errors import InternalError, PluginError, PplError, ShapeError, UnsupportedOpError
+from pplpy.errors import (InputError, InternalError, PluginError, PplError, ShapeError,
+                          UnsupportedOpError)
 from pplpy.models.onnx.registry import inputs_typed_as_first
 
 # Element types and sizes of values worth computing on the host (shape arithmetic).
@@ -185,8 +186,16 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
                                          in_shapes)
                 known[name] = dims
         if evaluate is not None and host_evaluable(node, op, types, known, values):
-            outputs = evaluate(node, in_values, in_shapes,
-                               [types.get(name) if name else None for name in inputs])
+            try:
+                outputs = evaluate(node, in_values, in_shapes,
+                                   [types.get(name) if name else None for name in inputs])
+            except InputError:
+                # Bad data met while computing it (a Loop's Gather past its table at a probe
+                # trip count): at build time the node is left to the run, which meets it
+                # with the real feeds; at run time it is the run's error.
+                if partial:
+                    continue
+                raise
             for name, value in zip(node.outputs, outputs):
                 if name:
                     values[name] = value
