@@ -21,6 +21,7 @@ from pplpy.errors import InputError, ModelError, PplError, UnsupportedOpError, g
 from pplpy.ir import all_nodes
 from pplpy.models.onnx.model_parser import MAX_TENSOR_BYTES, load_model_proto, parse_model
 from pplpy.models.onnx.registry import parser_entries
+from pplpy.runtime.fork import reset_after_fork
 from pplpy.optimizer import PassManager
 from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
 from pplpy.plugins import failed_plugins, load_plugins
@@ -48,6 +49,10 @@ class RuntimeBuilder:
         self.graph = graph
         self._rebuild = None  # from_onnx: builds the variant with overridable initializers
         self._override = None
+        self._override_lock = threading.Lock()  # held while the variant is built
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self):
         self._override_lock = threading.Lock()
 
     @classmethod

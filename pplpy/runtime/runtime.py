@@ -22,13 +22,16 @@ from collections.abc import Mapping
 import numpy as np
 
 from pplpy.errors import InputError, PplError, guard
-from pplpy.runtime.fork import reset_after_fork
+from pplpy.runtime import step as _step
+from pplpy.runtime.fork import new_lock_after_fork, reset_after_fork
 from pplpy.runtime.plan import ExecutionPlan
 from pplpy.runtime.step import ThreadPool
 from pplpy.runtime.profiler import Profiler
 from pplpy.runtime.tensor import Tensor
 
 DEFAULT_PLAN_CACHE_SIZE = 8
+
+new_lock_after_fork(_step, "_shared_pools_lock")  # held while a shared pool starts
 
 
 class Runtime:

@@ -521,3 +521,57 @@ def test_a_child_forked_while_a_thread_runs_can_run():
     done = subprocess.run([sys.executable, "-c", _FORK_WHILE_RUNNING], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+_FORK_WHILE_A_BODY_BUILDS = r"""
+import os, signal, sys, threading, time
+import numpy as np
+import pplpy
+from onnx import TensorProto, helper
+from pplpy.engines.x86.ops.onnx import control_body
+
+body = helper.make_graph(
+    [helper.make_node("Concat", ["v", "one"], ["vo"], axis=0),
+     helper.make_node("Identity", ["c"], ["co"])], "body",
+    [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+     helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("v", TensorProto.FLOAT, None)],
+    [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("vo", TensorProto.FLOAT, None)],
+    [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+graph = helper.make_graph(
+    [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], "g",
+    [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+     helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+builder = pplpy.RuntimeBuilder.from_onnx(model, engines=[pplpy.X86Engine(num_threads=1)])
+busy, other = builder.create_runtime(), builder.create_runtime()
+x = np.zeros(1, np.float32)
+other.run({"n": np.array(1), "x": x})
+(bodies,) = control_body._BODIES.values()
+(the_body,) = bodies.values()
+threading.Thread(target=lambda: busy.run({"n": np.array(400), "x": x}), daemon=True).start()
+deadline = time.time() + 20
+while not the_body._lock.locked() and time.time() < deadline:
+    pass  # fork while the other thread builds the body for a new length
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    y = other.run({"n": np.array(450), "x": x})["y"]  # a length not built yet
+    os._exit(0 if y.shape == (451,) else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_forked_while_a_body_builds_can_build_it():
+    """A control-flow body builds under a lock; forked while another thread held it, the
+    child's first build for a new shape waited for ever.  Every lock a run may hold (body
+    builds, the override variant, shape caches, the shared pools' table) is new in a child."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FORK_WHILE_A_BODY_BUILDS],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr

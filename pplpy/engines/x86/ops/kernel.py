@@ -18,6 +18,7 @@ import numpy as np
 
 from pplpy.engines.x86.impls.dispatch import load_variant
 from pplpy.errors import PluginError
+from pplpy.runtime.fork import reset_after_fork
 from pplpy.runtime.step import PythonStep
 
 
@@ -34,6 +35,10 @@ class ShapeCache:
         self.size = size
         self._entries = OrderedDict()
         self._lock = threading.Lock()  # runtimes sharing a build make plans at once
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self):
+        self._lock = threading.Lock()
 
     def get(self, key, make):
         """The entry for ``key``, made by ``make()`` the first time (or after eviction)."""

@@ -32,6 +32,7 @@
 
 import contextlib
 import copy
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -45,6 +46,7 @@ from pplpy.engines.x86.ops.op_context import ValueRequired
 from pplpy.engines.x86.passes.inference import infer_types, shape_deciding_values
 from pplpy.errors import (InputError, InternalError, ModelError, ShapeError,
                           UnsupportedOpError)
+from pplpy.runtime.fork import new_lock_after_fork, reset_after_fork
 
 
 # Builds a Body keeps (per input types and shapes), least recently used first out.
@@ -78,6 +80,7 @@ class _Built:
 
 _BODIES = weakref.WeakKeyDictionary()  # Graph -> {EngineOptions: Body}
 _BODIES_LOCK = threading.Lock()
+new_lock_after_fork(sys.modules[__name__], "_BODIES_LOCK")
 
 
 def body_of(op, field):
@@ -109,6 +112,10 @@ class Body:
         self.where = where  # 'node "x" (ai.onnx::If, opset 13), then_branch'
         self._typed = {}  # in types -> (out types, indices of shape-deciding inputs)
         self._builds = OrderedDict()  # (in types, in shapes) -> _Built, least recent first
+        self._lock = threading.Lock()  # held while a build is made (see runtime/fork.py)
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self):
         self._lock = threading.Lock()
 
     @property
