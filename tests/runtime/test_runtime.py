@@ -182,6 +182,59 @@ def test_a_free_dim_strided_past_the_probe_gap_stays_free(save_model, pools):
         np.testing.assert_array_equal(got["y"], want_y)
 
 
+def test_a_shifted_free_dim_is_not_taken_for_another(save_model):
+    """Pad(x[1, N, 8]) by 1 on each side is N + 2 long; with every probe shifting a slot by 2
+    its probe values were M's, so it was recorded as M, and Add(xp, y[1, M, 8]) then
+    LayerNorm fused into AddLayerNormalization (no broadcast): N = 3, M = 1 failed."""
+    d = 8
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["xp"]),
+         helper.make_node("Add", ["xp", "y"], ["s"]),
+         helper.make_node("LayerNormalization", ["s", "sc", "bi"], ["out"], axis=-1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "N", d]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "M", d])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([0, 1, 0, 0, 1, 0], np.int64), "pads"),
+         numpy_helper.from_array(RNG.standard_normal(d).astype(np.float32), "sc"),
+         numpy_helper.from_array(RNG.standard_normal(d).astype(np.float32), "bi")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rt = pplpy.load(save_model(model), num_threads=1)
+    assert rt.graph.values["xp"].dims[1] != "M"
+    ref = ReferenceEvaluator(model)
+    for n, m in ((3, 5), (3, 1), (1, 3)):
+        feeds = {"x": RNG.standard_normal((1, n, d)).astype(np.float32),
+                 "y": RNG.standard_normal((1, m, d)).astype(np.float32)}
+        np.testing.assert_allclose(rt.run(feeds)["out"], ref.run(None, feeds)[0], rtol=1e-4,
+                                   atol=1e-4)
+
+
+def test_a_dim_a_probe_clamps_keeps_its_symbol(save_model):
+    """A position table of 128 rows sliced to the free length N: the third probe (321) is
+    clamped to 128, which is not a reason to forget that the slice follows N (its chain with
+    the input then stopped fusing)."""
+    d = 8
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+         helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]),
+         helper.make_node("Slice", ["pos", "zero", "n1"], ["p"]),
+         helper.make_node("Add", ["x", "p"], ["a"]),
+         helper.make_node("Relu", ["a"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "N", d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(RNG.standard_normal((128, d)).astype(np.float32), "pos"),
+         numpy_helper.from_array(np.array(1, np.int64), "one"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rt = pplpy.load(save_model(model), num_threads=1)
+    assert rt.graph.values["p"].dims == ("N", d)
+    ref = ReferenceEvaluator(model)
+    for n in (5, 100, 128):
+        feeds = {"x": RNG.standard_normal((1, n, d)).astype(np.float32)}
+        np.testing.assert_allclose(rt.run(feeds)["y"], ref.run(None, feeds)[0], rtol=1e-5,
+                                   atol=1e-6)
+
+
 def test_two_symbols_at_one_axis_are_two_dims(save_model):
     """x[N, 4] + z[M, 4]: N and M are probed with different sizes, so the build does not
     take them for one dim (the element-wise chain then ran on x's shape: N = 1, M = 3

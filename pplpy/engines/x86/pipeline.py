@@ -18,16 +18,20 @@ from pplpy.optimizer import PassContext
 
 # Free input dims take these values while shapes are inferred at build time; a dim that
 # changes between the inferences depends on a free dim (see inference.symbolic_dims).
-# Each distinct free dim (by name; an unnamed one by its place) gets its own set
-# PROBE_DIMS[p] + 2 * slot, so two different symbols never look alike.  The first two lie
-# PROBE_GAP apart, so that no stride up to it (a ViT patch embedding: 16, 32) takes them to
-# one size (64 and 65 both pool 2x2 to 32, which then passed for a static dim), and stay below
-# the tables a free dim indexes (positions: 128 and up).  The third lies 257 above the first,
-# so that a chain of strides up to 256 (a detector's P7 level: H / 128) cannot take all three
-# to one size either; a model that cannot take it (a table of fewer rows) leaves the verdict
-# to the first two, as before.
+# Each distinct free dim (by name; an unnamed one by its place) gets its own slot k and
+# takes PROBE_DIMS[p] + PROBE_STEPS[p] * k in inference p.  The steps differ, so no
+# arithmetic shift of one dim (N + 2, a Pad) takes all its values onto another slot's (which
+# then passed for that other dim, and an Add of the two fused as if of one shape).  The
+# first two lie PROBE_GAP apart, so that no stride up to it (a ViT patch embedding: 16, 32)
+# takes them to one size (64 and 65 both pool 2x2 to 32, which then passed for a static
+# dim), and stay below the tables a free dim indexes (positions: 128 and up); they name the
+# dims that follow a free dim.  The third lies 257 above the first and only vetoes a static
+# verdict: a chain of strides up to 256 (a detector's P7 level: H / 128) takes the first two
+# to one size but not the third.  A model that cannot take it (a table of fewer rows) keeps
+# the first two's verdict.
 PROBE_GAP = 33
 PROBE_DIMS = (64, 64 + PROBE_GAP, 64 + 257)
+PROBE_STEPS = (2, 3, 5)
 # ``on_pass`` names the graph optimiser's passes (run inside graph_rewrites) "optimizer:<id>".
 OPTIMIZER_PREFIX = "optimizer:"
 
@@ -47,6 +51,10 @@ class EngineState:
     released: dict = field(default_factory=dict)  # constant -> bytes dropped after packing
     rewrites: int = 0  # changes the graph rewrites made
     on_pass: object = None  # on_pass(name, state) after every pass (pplnn --dump-graph)
+
+
+def _probe_value(probe, slot):
+    return PROBE_DIMS[probe] + PROBE_STEPS[probe] * slot
 
 
 def create_op_contexts(state):
@@ -79,15 +87,14 @@ def infer(state):
     for name, i, d in free:
         slots.setdefault(d if isinstance(d, str) else (name, i), len(slots))
     for key, slot in slots.items():
-        values = tuple(p + 2 * slot for p in PROBE_DIMS)
-        for n in (2, len(values)):  # the third probe may not have reached a value
-            symbols[values[:n]] = key if isinstance(key, str) else None
+        symbols[(_probe_value(0, slot), _probe_value(1, slot))] = \
+            key if isinstance(key, str) else None
     for probe in range(len(PROBE_DIMS) if free else 1):
         dims = {}
         for name, declared in state.input_dims.items():
             dims[name] = tuple(
                 d if isinstance(d, int) else
-                PROBE_DIMS[probe] + 2 * slots[d if isinstance(d, str) else (name, k)]
+                _probe_value(probe, slots[d if isinstance(d, str) else (name, k)])
                 for k, d in enumerate(declared))
         shapes = {name: tuple(v.shape) for name, v in graph.constants.items()}
         shapes.update(dims)

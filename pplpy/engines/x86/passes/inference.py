@@ -205,24 +205,21 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
 
 def symbolic_dims(probes, symbol_of):
     """Merge inferences made with different probe values for the free input dims (a list of
-    value name -> dims, the first two always present): a dim equal in all is static; one
-    that follows a free input dim is that dim's name; any other dim is unknown (None).
-    ``symbol_of`` maps the tuple of probe values of a free dim -> its name.  A value the
-    second inference did not reach is unknown; one only a later inference missed (a probe the
-    model cannot take) is decided by those that reached it."""
+    value name -> dims): a dim equal in the first two and in every later inference that
+    reached it is static; one that follows a free input dim is that dim's name (decided by
+    the first two: ``symbol_of`` maps their pair of probe values -> name); any other dim is
+    unknown (None).  A value the second inference did not reach is unknown."""
     merged = {}
     for name, dims_a in probes[0].items():
-        seen = [dims_a] + [probe.get(name) for probe in probes[1:]]
-        if seen[1] is None:
+        dims_b = probes[1].get(name)
+        if dims_b is None or len(dims_b) != len(dims_a):
             merged[name] = tuple(None for _ in dims_a)
             continue
-        while seen[-1] is None:
-            seen.pop()
-        if any(dims is None or len(dims) != len(dims_a) for dims in seen):
-            merged[name] = tuple(None for _ in dims_a)
-            continue
-        merged[name] = tuple(axis[0] if len(set(axis)) == 1 else symbol_of.get(axis)
-                             for axis in zip(*seen))
+        later = [p[name] for p in probes[2:] if p.get(name) is not None
+                 and len(p[name]) == len(dims_a)]
+        merged[name] = tuple(
+            (a if all(d[k] == a for d in later) else None) if a == b else symbol_of.get((a, b))
+            for k, (a, b) in enumerate(zip(dims_a, dims_b)))
     return merged
 
 
