@@ -400,3 +400,27 @@ def test_an_override_after_the_model_file_changed_is_an_error(tmp_path, change):
     # Loaded from bytes, the variant is made from those bytes.
     rt = pplpy.load(bytearray(model("Add").SerializeToString()))
     np.testing.assert_array_equal(rt.run({"x": x, "w": np.full(2, 5, np.float32)})["y"], [5, 5])
+
+
+def test_an_override_after_the_external_data_changed_is_an_error(tmp_path):
+    """The override variant reads the external data again too: a weight file rewritten
+    in place since the load (the .onnx untouched) was built and run silently."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4]),
+              helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.full(4, 2, np.float32), "w"),
+         numpy_helper.from_array(np.full(4, 10, np.float32), "b")])
+    path = tmp_path / "m.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                    path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="w.bin", size_threshold=0)
+    rt = pplpy.load(str(path))
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], np.full(4, 12))
+    data = (tmp_path / "w.bin").read_bytes()
+    (tmp_path / "w.bin").write_bytes(data[:-4] + np.float32(99).tobytes())
+    with pytest.raises(pplpy.ModelError, match="or its external data was changed"):
+        rt.run({"x": x, "w": np.full(4, 3, np.float32)})
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], np.full(4, 12))

@@ -71,21 +71,23 @@ class RuntimeBuilder:
         load_plugins()
         if isinstance(path, (bytearray, memoryview)):
             path = bytes(path)  # the caller may change them; the override variant reads them
+        identity, files = _file_identity(path), []  # taken before the file is read
         with guard("reading the model", memory_error=ModelError):
-            graph, unparsed = parse_model(load_model_proto(path), cast_to_float32)
+            graph, unparsed = parse_model(load_model_proto(path, files), cast_to_float32)
         builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, passes=passes,
                       plan_cache_size=plan_cache_size, on_pass=on_pass)
         if graph.overridable:
             # The variant is parsed again from the file when a run first feeds an
             # overridable initializer (holding a second copy of the weights until then would
             # double the model's memory); a file changed since makes that run an error, not
-            # a build of another model.
-            identity = _file_identity(path)
+            # a build of another model.  The external data files count too.
+            identity = (identity, tuple(_file_identity(f) for f in files))
 
             def rebuild():
-                if _file_identity(path) != identity:
+                if (_file_identity(path), tuple(_file_identity(f) for f in files)) != identity:
                     raise ModelError(
-                        f"model file {path!r} was changed or removed since it was loaded; a "
+                        f"model file {path!r} or its external data was changed or removed since "
+                        f"it was loaded; a "
                         f"run that feeds an initializer the model lists as an input reads "
                         f"the file again: load the model again")
                 with guard("reading the model", memory_error=ModelError):

@@ -31,10 +31,11 @@ MAX_TENSOR_BYTES = 1 << 40
 FLOAT_TYPES_TO_CAST = (onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 
 
-def load_model_proto(path):
+def load_model_proto(path, files=None):
     """onnx.load with pplpy errors, and external data confined to the model's folder.
 
-    ``path`` may also be the model's bytes (then it may not use external data)."""
+    ``path`` may also be the model's bytes (then it may not use external data).  ``files``,
+    a list, gets the external data files the model read."""
     if isinstance(path, (bytes, bytearray, memoryview)):
         data = bytes(path)
         if not data:
@@ -58,7 +59,9 @@ def load_model_proto(path):
     except Exception as exc:  # noqa: BLE001 - DecodeError, ValueError, OSError, ...
         raise ModelError(f"{path!r} is not a readable ONNX model: {exc}") from exc
     base = os.path.dirname(os.path.abspath(path))
-    check_external_data(model, base)
+    external = check_external_data(model, base)
+    if files is not None:
+        files.extend(external)
     try:
         load_external_data_for_model(model, base)
     except Exception as exc:  # noqa: BLE001 - OSError, ValueError, onnx's checker errors
@@ -67,8 +70,10 @@ def load_model_proto(path):
 
 
 def check_external_data(model, base_dir):
-    """Refuse external-data locations that leave ``base_dir`` or do not exist."""
+    """Refuse external-data locations that leave ``base_dir`` or do not exist; returns the
+    files, each once."""
     real_base = os.path.realpath(base_dir) if base_dir is not None else None
+    files = []
     for tensor in _all_tensors(model):
         if not uses_external_data(tensor):
             continue
@@ -88,6 +93,9 @@ def check_external_data(model, base_dir):
                 f'tensor "{tensor.name}": external data file {location!r} not found in '
                 f"{base_dir!r}"
             )
+        if target not in files:
+            files.append(target)
+    return files
 
 
 def _all_tensors(model):
