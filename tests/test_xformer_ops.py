@@ -143,19 +143,25 @@ def test_tensor_scatter(save_model, isa, case, dtype):
     _check(save_model, model, feeds, isa, rtol=0, atol=0)
 
 
-def test_tensor_scatter_bad_indices_skip_rows(save_model):
-    """A linear write index past the cache (the reference raises IndexError) skips its rows
-    rather than writing out of bounds; a negative one counts from the end, as numpy."""
+def test_tensor_scatter_negative_and_bad_write_indices(save_model):
+    """A negative linear write index counts from the end, as numpy; one whose rows leave the
+    cache (the reference raises IndexError, ONNX Runtime refuses it) skips them, nothing is
+    written out of bounds, and the run raises an InputError naming it."""
     past, update = _f(2, 1, 4, 2), _f(2, 1, 2, 2)
     model, feeds = _node_model("TensorScatter", {"past": past, "update": update,
-                                                 "idx": np.array([3, -1], np.int64)},
+                                                 "idx": np.array([1, -1], np.int64)},
                                ["present"], {}, 24)
-    got = pplpy.load(save_model(model)).run(feeds)["present"]
+    rt = pplpy.load(save_model(model))
     want = past.copy()
-    want[0, :, 3] = update[0, :, 0]
+    want[0, :, 1:3] = update[0]
     want[1, :, 3] = update[1, :, 0]  # -1 + 0: the last row
     want[1, :, 0] = update[1, :, 1]  # -1 + 1 = 0
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(rt.run(feeds)["present"], want)
+    for bad in (3, -5):
+        with pytest.raises(pplpy.InputError, match=rf'node "n" .*write index {bad} puts rows '
+                                                   r"of the 2-row update outside the cache"):
+            rt.run(dict(feeds, idx=np.array([0, bad], np.int64)))
+    np.testing.assert_array_equal(rt.run(feeds)["present"], want)
 
 
 @pytest.mark.parametrize("past, update, idx, attrs, words", [

@@ -43,8 +43,8 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from pplpy.runtime.step cimport (Step, new_step, ppl_claim_size, ppl_item_queue,
-                                  ppl_next_items, ppl_partition)
+from pplpy.runtime.step cimport (Step, new_step, ppl_claim_size, ppl_fault, ppl_fault_record,
+                                  ppl_item_queue, ppl_next_items, ppl_partition, set_fault)
 from pplpy.engines.x86.impls.aligned import aligned_empty
 from pplpy.runtime.step import run_steps
 
@@ -506,6 +506,7 @@ cdef struct RotaryArgs:
     Py_ssize_t x_sb, x_ss, x_sh     # unit stride along D; y has the same layout
     Py_ssize_t c_sb, c_ss, c_sp     # cache strides: batch, seq (no pos) / position row
     bint interleaved
+    ppl_fault fault                 # a position id out of range, fed at run time
 
 
 cdef void _rotary_step(const void *p, int tid, int nthreads) noexcept nogil:
@@ -531,6 +532,7 @@ cdef void _rotary_step(const void *p, int tid, int nthreads) noexcept nogil:
             if off < 0 or off >= a.P:
                 for e in range(a.D):
                     y[e] = 0        # no such position: zeros rather than a stray read
+                ppl_fault_record(<ppl_fault *>&a.fault, a.pos[b * a.S + s])
                 continue
             off = off * a.c_sp
         else:
@@ -559,7 +561,7 @@ def make_rotary_step(size_t x, size_t y, size_t cos, size_t sin, size_t pos, dim
     """Step of RotaryEmbedding (see above): dims (B, S, H, D, R); x_strides (batch, seq,
     head) of x and y; cache_strides (batch, seq, position row) of cos and sin; pos: 0 or
     the (B, S) int64 position ids into the caches' ``positions`` rows (negative ones count
-    from the end; a row out of range gives zeros)."""
+    from the end; a row out of range gives zeros and makes the run raise an InputError)."""
     cdef Step step
     cdef RotaryArgs *a
     B, S, H, D, R = dims
@@ -578,6 +580,9 @@ def make_rotary_step(size_t x, size_t y, size_t cos, size_t sin, size_t pos, dim
     a.x_sb, a.x_ss, a.x_sh = x_strides
     a.c_sb, a.c_ss, a.c_sp = cache_strides
     a.interleaved = interleaved
+    if pos != 0:
+        set_fault(step, &a.fault, f"position id {{value}} is out of range for caches of "
+                  f"{positions} rows (valid: -{positions} to {positions - 1})")
     return step
 
 

@@ -614,6 +614,7 @@ cdef struct ReverseArgs:
     Py_ssize_t steps          # T
     Py_ssize_t batch          # B
     Py_ssize_t row            # bytes of inner
+    ppl_fault fault           # a length outside [0, T], fed at run time
 
 
 cdef void reverse_sequence_step(const void *a, int tid, int nthreads) noexcept nogil:
@@ -629,8 +630,9 @@ cdef void reverse_sequence_step(const void *a, int tid, int nthreads) noexcept n
             n = pos // args.steps
             s = pos - n * args.steps
         length = args.lens[n]
-        if length > args.steps:       # out-of-range lengths are clamped to [0, T]
-            length = args.steps
+        if length > args.steps or length < 0:  # clamped to [0, T], and reported
+            ppl_fault_record(<ppl_fault *>&args.fault, length)
+            length = args.steps if length > args.steps else 0
         src_t = length - 1 - s if s < length else s
         if args.time_major:
             t = src_t * args.batch + n
@@ -642,7 +644,8 @@ cdef void reverse_sequence_step(const void *a, int tid, int nthreads) noexcept n
 def make_reverse_sequence_step(size_t dst, size_t src, size_t lens, bint time_major,
                                Py_ssize_t steps, Py_ssize_t batch, Py_ssize_t row):
     """Step: y[t, b] = x[lens[b] - 1 - t, b] for t < lens[b], x[t, b] otherwise, over the
-    (T, B) or (B, T) leading dims of rows of ``row`` bytes; lens (int64) clamped to [0, T]."""
+    (T, B) or (B, T) leading dims of rows of ``row`` bytes; lens (int64) outside [0, T] are
+    clamped and make the run raise an InputError."""
     _check_sizes(steps, batch, row)
     cdef Step step = new_step(reverse_sequence_step, sizeof(ReverseArgs),
                               _parallel(steps * batch * row // 4))
@@ -654,6 +657,8 @@ def make_reverse_sequence_step(size_t dst, size_t src, size_t lens, bint time_ma
     args.steps = steps
     args.batch = batch
     args.row = row
+    set_fault(step, &args.fault, f"sequence length {{value}} is out of range for a time axis "
+              f"of {steps} (valid: 0 to {steps})")
     return step
 
 

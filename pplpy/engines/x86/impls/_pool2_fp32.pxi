@@ -20,7 +20,8 @@
 from libc.math cimport fabsf, powf, sqrtf
 from libc.stdint cimport int64_t
 from libc.string cimport memset
-from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step cimport (Step, new_step, ppl_fault, ppl_fault_record, ppl_partition,
+                                 set_fault)
 
 import numpy
 
@@ -169,6 +170,7 @@ cdef struct _UnpoolArgs:
     int same                    # the unpooled shape is y's: no decomposition
     Py_ssize_t src[_DIMS]       # the unpooled shape, padded with leading 1s
     Py_ssize_t dst[_DIMS]       # y's shape, likewise
+    ppl_fault fault             # an index out of range, fed at run time
 
 
 cdef void _unpool_step(const void* p, int tid, int nthreads) noexcept nogil:
@@ -179,6 +181,7 @@ cdef void _unpool_step(const void* p, int tid, int nthreads) noexcept nogil:
     for i in range(a.count):
         v = <Py_ssize_t>a.indices[i]
         if v < 0 or v >= a.src_total:
+            ppl_fault_record(<ppl_fault *>&a.fault, v)
             continue
         if a.same:
             a.y[v] = a.x[i]
@@ -202,7 +205,8 @@ cdef void _unpool_step(const void* p, int tid, int nthreads) noexcept nogil:
 def make_maxunpool_step(size_t x, size_t indices, size_t y, Py_ssize_t count, src_shape,
                         dst_shape):
     """The serial step computing y (dst_shape) = 0 then y[I[i]] = x[i], I indexing the
-    unpooled shape src_shape (placed in y's leading corner)."""
+    unpooled shape src_shape (placed in y's leading corner); an index out of range is
+    skipped and makes the run raise an InputError."""
     src = tuple(int(v) for v in src_shape)
     dst = tuple(int(v) for v in dst_shape)
     if len(src) != len(dst) or not 1 <= len(src) <= _DIMS or min(src + dst) < 0:
@@ -226,6 +230,8 @@ def make_maxunpool_step(size_t x, size_t indices, size_t y, Py_ssize_t count, sr
         a.y_count *= dst[i]
         a.src_total *= src[i]
     a.same = src == dst
+    set_fault(step, &a.fault, f"index {{value}} of I is out of range for the unpooled shape "
+              f"{list(src_shape)} (valid: 0 to {a.src_total - 1})")
     return step
 
 

@@ -10,14 +10,16 @@
 # A parallel step splits the outer rows: each thread copies its rows of past and writes the
 # updates that land in them, so no barrier is needed.  Write indices are read from memory
 # when the step runs and never trusted: in linear mode a negative index counts from the end
-# (numpy's indexing, as the reference does) and a row that lands outside [0, M) is skipped.
+# (numpy's indexing, as the reference does) and a row that lands outside [0, M) is skipped,
+# and the run then raises an InputError naming the index (a ppl_fault, as pplpy_step.h says).
 
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy
 
 import numpy as np
 
-from pplpy.runtime.step cimport Step, new_step, ppl_partition
+from pplpy.runtime.step cimport (Step, new_step, ppl_fault, ppl_fault_record, ppl_partition,
+                                 set_fault)
 from pplpy.runtime.step import run_steps
 
 cdef enum:
@@ -31,6 +33,7 @@ cdef struct ScatterArgs:
     uint8_t *present
     Py_ssize_t outer, per_batch, M, S, inner
     bint circular
+    ppl_fault fault             # a linear write index whose rows leave the cache
 
 
 cdef void _tensor_scatter_step(const void *p, int tid, int nthreads) noexcept nogil:
@@ -52,6 +55,7 @@ cdef void _tensor_scatter_step(const void *p, int tid, int nthreads) noexcept no
             elif row < 0:
                 row += a.M
             if row < 0 or row >= a.M:
+                ppl_fault_record(<ppl_fault *>&a.fault, start)
                 continue
             memcpy(dst + row * a.inner, a.update + (o * a.S + s) * a.inner, a.inner)
 
@@ -83,6 +87,9 @@ def make_tensor_scatter_step(size_t past, size_t update, size_t indices, size_t 
     a.per_batch = outer // batch if batch else 1
     a.circular = circular
     step.label = "tensor scatter"
+    if indices != 0 and not circular:
+        set_fault(step, &a.fault, f"write index {{value}} puts rows of the {S}-row update "
+                  f"outside the cache of {M} rows (valid: -{M} to {M - S})")
     return step
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from impl_variants import assert_variants_export_the_same_names, variant_fixture
 
+from pplpy.errors import InputError
+
 variant = variant_fixture("pool2_fp32")
 RNG = np.random.default_rng(12)
 
@@ -65,13 +67,23 @@ def test_lppool_rejects_bad_p(variant):
 
 def test_maxunpool_scatter(variant):
     x = np.arange(1, 9, dtype=np.float32).reshape(1, 2, 2, 2)
-    idx = np.array([0, 5, 10, 15, 16, 16, 31, 99], np.int64).reshape(x.shape)
+    idx = np.array([0, 5, 10, 15, 16, 16, 31, 30], np.int64).reshape(x.shape)
     got = variant.maxunpool_fp32(x, idx, (1, 2, 4, 4), (1, 2, 4, 4))
     want = np.zeros(32, np.float32)
-    want[[0, 5, 10, 15]] = [1, 2, 3, 4]
+    want[[0, 5, 10, 15, 31, 30]] = [1, 2, 3, 4, 7, 8]
     want[16] = 6   # the later index wins
-    want[31] = 7   # 99 is out of range: skipped
     np.testing.assert_array_equal(got.reshape(-1), want)
+
+
+@pytest.mark.parametrize("bad", [32, 99, -1])
+def test_maxunpool_index_out_of_range_raises(variant, bad):
+    """An index past the unpooled shape is skipped (nothing written out of bounds) and the
+    run raises an InputError naming it, as ONNX Runtime refuses it."""
+    x = np.ones((1, 2, 2, 2), np.float32)
+    idx = np.array([0, 5, 10, 15, 16, 17, 31, bad], np.int64).reshape(x.shape)
+    with pytest.raises(InputError, match=rf"index {bad} of I is out of range for the "
+                                         rf"unpooled shape \[1, 2, 4, 4\] \(valid: 0 to 31\)"):
+        variant.maxunpool_fp32(x, idx, (1, 2, 4, 4), (1, 2, 4, 4))
 
 
 def test_maxunpool_into_a_larger_output(variant):

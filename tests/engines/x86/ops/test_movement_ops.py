@@ -325,3 +325,19 @@ def test_topk_nan_ranks_above_inf(isa, num_threads, largest, n, k):
         want = np.array(want_order(x[r], largest)[:k])
         np.testing.assert_array_equal(out["i"][r], want)
         np.testing.assert_array_equal(out["v"][r], x[r, want])
+
+
+@pytest.mark.parametrize("bad", [5, -1])
+def test_reverse_sequence_length_out_of_range_is_an_input_error(tmp_path, bad):
+    """A sequence length outside [0, T] fed at run time (ONNX Runtime: "Invalid sequence
+    length") is clamped in the step and makes the run raise an InputError naming it."""
+    x = random_array((4, 3, 2), np.float32)
+    model = model_of([helper.make_node("ReverseSequence", ["x", "l"], ["y"], time_axis=0,
+                                       batch_axis=1, name="rev")],
+                     {"x": x, "l": I64(4, 1, 3)}, ["y"], opset=10)
+    rt = load(tmp_path, model)
+    with pytest.raises(pplpy.InputError, match=rf'node "rev" .*sequence length {bad} is out '
+                                               r"of range for a time axis of 4"):
+        rt.run({"x": x, "l": I64(4, bad, 3)})
+    want = ReferenceEvaluator(model).run(None, {"x": x, "l": I64(4, 1, 3)})[0]
+    np.testing.assert_array_equal(rt.run({"x": x, "l": I64(4, 1, 3)})["y"], want)

@@ -145,6 +145,24 @@ def test_rotary_embedding(rank, interleaved, rdim, with_pos, isa, save_model):
     _run_both(save_model, model, feeds, isa, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("bad", [12, -13])
+def test_rotary_embedding_position_id_out_of_range_raises(bad, save_model):
+    """A position id past the caches gives a zero row in the step (no stray read) and the
+    run raises an InputError naming it, as ONNX Runtime refuses it; the next run is right."""
+    feeds, attrs = _rotary_case(4, 0, 0, True)
+    node = helper.make_node("RotaryEmbedding", list(feeds), ["Y"], name="rope", **attrs)
+    model = make_model([node], [_vi(n, a) for n, a in feeds.items()], [("Y", FLOAT, None)],
+                       opset=23)
+    rt = pplpy.load(save_model(model))
+    want = rt.run(feeds)["Y"]
+    ids = feeds["position_ids"].copy()
+    ids[1, 2] = bad
+    with pytest.raises(pplpy.InputError, match=rf'node "rope" .*position id {bad} is out of '
+                                               r"range for caches of 12 rows"):
+        rt.run(dict(feeds, position_ids=ids))
+    np.testing.assert_array_equal(rt.run(feeds)["Y"], want)
+
+
 # -- Einsum ------------------------------------------------------------------------------
 
 EINSUM_CASES = [
