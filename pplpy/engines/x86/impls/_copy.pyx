@@ -310,6 +310,11 @@ def transpose_strides(dims, perm, Py_ssize_t es):
 
 # -- gather -------------------------------------------------------------------------------
 
+def _valid_indices(n):
+    """What a fault message says an index of an axis of n may be."""
+    return f"valid: -{n} to {n - 1}" if n else "the axis is empty: no index is valid"
+
+
 cdef struct GatherArgs:
     char *dst
     const char *data
@@ -367,7 +372,7 @@ def make_gather_step(size_t dst, size_t data, size_t indices, int index_size,
     args.m = m
     args.row = row
     set_fault(step, &args.fault, f"index {{value}} is out of range for an axis of "
-              f"{axis_dim} (valid: -{axis_dim} to {axis_dim - 1})")
+              f"{axis_dim} ({_valid_indices(axis_dim)})")
     return step
 
 

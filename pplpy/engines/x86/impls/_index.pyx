@@ -309,8 +309,9 @@ cdef Step _elements_step(bint scatter, size_t dst, size_t data, size_t indices, 
         args.dstrides[k] = s
         s *= data_dims[k]
     n = data_dims[axis] if rank else 0
+    valid = f"valid: -{n} to {n - 1}" if n else "the axis is empty: no index is valid"
     set_fault(step, &args.fault, f"index {{value}} is out of range for axis {axis} of "
-              f"{n} (valid: -{n} to {n - 1})")
+              f"{n} ({valid})")
     return step
 
 

@@ -284,6 +284,19 @@ def test_clip_of_integers(dtype, bounds):
         np.testing.assert_array_equal(got, ref.run(None, feeds)[0])
 
 
+
+def test_clip_of_integers_before_opset_12_is_unsupported():
+    """Clip's schema admits integers from opset 12 (ONNX Runtime refuses such a model
+    below it); pplpy says so rather than running it."""
+    graph = helper.make_graph(
+        [helper.make_node("Clip", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    with pytest.raises(pplpy.UnsupportedOpError, match="Clip takes int64 from opset 12"):
+        pplpy.load(model.SerializeToString())
+
+
 SUMS = {
     "three_same": ([(2, C, 5, 3)] * 3, True),
     "four_broadcast": ([(2, C, 5, 3), (C, 1, 1), (1, C, 1, 1), (C, 1, 1)], True),

@@ -334,3 +334,15 @@ def test_a_fault_then_a_failing_body_reports_the_first_and_leaves_no_record(tmp_
     got = rt.run(good)
     for name in ("e", "y"):
         np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_gather_from_an_empty_axis_says_no_index_is_valid(tmp_path):
+    model = make_model([helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)],
+                       [vi("data", np.float32, ("N", 2)), vi("idx", np.int64, (1,))],
+                       [vi("y", np.float32, None)])
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(str(path))
+    with pytest.raises(pplpy.InputError, match=r"index 0 is out of range for an axis of 0 "
+                                               r"\(the axis is empty: no index is valid\)"):
+        rt.run({"data": np.zeros((0, 2), np.float32), "idx": np.array([0], np.int64)})

@@ -259,7 +259,14 @@ class ActivationOp(X86OptKernel):
 
 
 class ClipOp(ActivationOp):
-    """Clip checks that min and max (inputs 1 and 2 from opset 11) are scalars."""
+    """Clip checks that min and max (inputs 1 and 2 from opset 11) are scalars, and that
+    integers come at opset 12 or later (where the schema admits them)."""
+
+    def infer_type(self, in_types):
+        if in_types and in_types[0] not in (None, DataType.FLOAT32) and self.node.opset < 12:
+            raise self.unsupported(f"Clip takes {in_types[0]} from opset 12; this model "
+                                   f"imports opset {self.node.opset}")
+        return super().infer_type(in_types)
 
     def infer_shape(self, in_shapes, in_values):
         for index in (1, 2):
