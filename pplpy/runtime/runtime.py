@@ -260,7 +260,29 @@ class Runtime:
                                      f"non-contiguous {array.dtype} {list(array.shape)} feed "
                                      f"to C order; check its shape") from exc
             arrays[info.name] = array
+        _check_named_dims(self._input_infos, arrays)
         return arrays
+
+
+def _check_named_dims(infos, arrays):
+    """Feeds must agree on every dim name the model declares: the build took dims of one
+    name for one size (a mask [B, 1, s, s] beside q [B, H, s, D] fused into an attention
+    whose mask then had to hold s keys), so a feed that binds a name to two sizes is refused
+    rather than computed with that assumption broken."""
+    seen = {}  # dim name -> (size, input name, axis)
+    for info in infos:
+        if info.dims is None or info.name not in arrays:
+            continue
+        shape = arrays[info.name].shape
+        for axis, (name, size) in enumerate(zip(info.dims, shape)):
+            if not isinstance(name, str):
+                continue
+            first = seen.setdefault(name, (size, info.name, axis))
+            if first[0] != size:
+                raise InputError(
+                    f'dim "{name}" is {first[0]} in input "{first[1]}" (axis {first[2]}) but '
+                    f'{size} in input "{info.name}" (axis {axis}); the model declares them one '
+                    f"size: feed inputs that agree, or give the dims different names")
 
 
 def _describe_dims(dims):

@@ -235,6 +235,39 @@ def test_a_dim_a_probe_clamps_keeps_its_symbol(save_model):
                                    atol=1e-6)
 
 
+def test_feeds_must_agree_on_a_dim_name(save_model):
+    """q, k, v [B, 2, s, 8] and a mask [B, 1, s, s]: the build fuses the masked softmax into
+    one attention on the word of the declared names.  A mask fed with 1 key (a broadcast
+    the Add allows, which the fused kernel reads as "one key, the rest masked": a wrong
+    result) or 3 is refused as the contradiction it is, naming the dim and the inputs."""
+    dims = ["B", 2, "s", 8]
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+         helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+         helper.make_node("Mul", ["qk", "c"], ["sc"]),
+         helper.make_node("Add", ["sc", "mask"], ["sm"]),
+         helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+         helper.make_node("MatMul", ["p", "v"], ["y"])], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in "qkv"]
+        + [helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["B", 1, "s", "s"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(8 ** -0.5, np.float32), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rt = pplpy.load(save_model(model), num_threads=1)
+    assert "Attention" in [n.op_type for n in rt.graph.nodes]
+    feeds = {n: RNG.standard_normal((1, 2, 4, 8)).astype(np.float32) for n in "qkv"}
+    feeds["mask"] = RNG.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(rt.run(feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0],
+                               rtol=1e-5, atol=1e-5)
+    for keys in (1, 3):
+        bad = dict(feeds, mask=np.zeros((1, 1, 4, keys), np.float32))
+        with pytest.raises(pplpy.InputError, match=rf'dim "s" is 4 in input "q" \(axis 2\) '
+                                                   rf'but {keys} in input "mask" \(axis 3\)'):
+            rt.run(bad)
+    with pytest.raises(pplpy.InputError, match='dim "B" is 1 in input "q"'):
+        rt.run(dict(feeds, k=np.zeros((2, 2, 4, 8), np.float32)))
+
+
 def test_two_symbols_at_one_axis_are_two_dims(save_model):
     """x[N, 4] + z[M, 4]: N and M are probed with different sizes, so the build does not
     take them for one dim (the element-wise chain then ran on x's shape: N = 1, M = 3
