@@ -511,15 +511,16 @@ sys.exit(1 if hung else 0)
 """
 
 
-def test_a_child_forked_while_a_thread_runs_can_run():
+def test_a_child_forked_while_a_thread_runs_can_run(tmp_path):
     """fork() while another thread is inside run(): the child inherited the runtime's lock
     held (and the session's runtime checked out) by a thread it does not have, and its own
     run waited for ever.  Locks and the session's idle list are reset in a child."""
     import subprocess
     import sys
 
+    # cwd: not the source tree, whose pplpy (no compiled modules) -c would import first
     done = subprocess.run([sys.executable, "-c", _FORK_WHILE_RUNNING], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -565,7 +566,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def test_a_child_forked_while_a_body_builds_can_build_it():
+def test_a_child_forked_while_a_body_builds_can_build_it(tmp_path):
     """A control-flow body builds under a lock; forked while another thread held it, the
     child's first build for a new shape waited for ever.  Every lock a run may hold (body
     builds, the override variant, shape caches, the shared pools' table) is new in a child."""
@@ -573,5 +574,5 @@ def test_a_child_forked_while_a_body_builds_can_build_it():
     import sys
 
     done = subprocess.run([sys.executable, "-c", _FORK_WHILE_A_BODY_BUILDS],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
