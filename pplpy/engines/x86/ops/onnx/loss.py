@@ -14,7 +14,7 @@ Every other target must be a class in [0, C).  Targets known when the plan is ma
 (constants, host values) are checked then, a ShapeError at load.  Targets read at run time
 cannot be checked before the step runs: the step (``impls/_loss.pyx``) gives such a sample
 loss 0 without reading outside x or the weights and records where it was, and a check after
-it raises a ShapeError naming the sample, so a bad target never returns numbers.
+it raises an InputError naming the sample, so a bad target never returns numbers.
 
 The opsets where ONNX re-declared these ops (NegativeLogLikelihoodLoss 13 and 22,
 SoftmaxCrossEntropyLoss 13) only added element types pplpy does not compute in (bfloat16),
@@ -29,7 +29,7 @@ from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.kernel import X86Kernel
 from pplpy.engines.x86.ops.onnx.movement_common import check_index_type, prod
 from pplpy.engines.x86.ops.op_context import X86OptKernel
-from pplpy.errors import ModelError
+from pplpy.errors import InputError, ModelError
 from pplpy.models.onnx.registry import generic_parse
 from pplpy.params.onnx import LossParam
 from pplpy.runtime.step import PythonStep
@@ -100,14 +100,15 @@ class LossKernel(X86Kernel):
         return address, scratch
 
     def _target_check(self, targets, bad, in_shapes):
-        """A step that raises a ShapeError naming the first sample whose target the loss
-        step found outside [0, C)."""
+        """A step that raises an InputError (bad data fed, as every index a run meets out of
+        range) naming the first sample whose target the loss step found outside [0, C)."""
         op_ctx, classes = self.op, in_shapes[0][1]
 
         def check():
             found = bad[bad >= 0]
             if found.size:
-                raise op_ctx.bad_target(int(found.min()), targets, classes, in_shapes)
+                error = op_ctx.bad_target(int(found.min()), targets, classes, in_shapes)
+                raise InputError(str(error))
 
         return PythonStep(check, label=f"{self.node.name} (target check)")
 
