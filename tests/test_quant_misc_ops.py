@@ -172,6 +172,25 @@ def test_dynamic_quantize_linear(tmp_path, isa, lo, hi):
     check(tmp_path, model_of(node, feeds, opset=11), feeds, isa)
 
 
+@pytest.mark.parametrize("x, scale, zp, y", [
+    ([np.nan] * 4, np.nan, 255, [0] * 4),                    # all NaN: as the reference
+    ([np.nan] * 96, np.nan, 255, [0] * 96),                  # (ONNX Runtime alike here)
+    ([0.5, -np.inf, 1.0, 2.0], np.inf, 255, [255, 0, 255, 255]),  # zero point inf / inf
+    ([0.5, -1.0, np.nan, 2.0], 3 / 255, 85, [127, 0, 0, 255]),  # NaN among numbers: passed
+])                                                                # over, as ONNX Runtime
+def test_dynamic_quantize_linear_of_non_finite_values(tmp_path, x, scale, zp, y):
+    """An all-NaN activation made scale 1/255 and zero point 0, so a dynamically quantized
+    model turned a NaN input into finite zeros; -inf made the zero point 0, not 255."""
+    feeds = {"x": np.array(x, np.float32)}
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])
+    model = model_of(node, feeds, opset=11)
+    onnx.save(model, tmp_path / "m.onnx")
+    got = pplpy.load(str(tmp_path / "m.onnx")).run(feeds)
+    np.testing.assert_allclose(got["scale"], np.float32(scale), rtol=1e-6)
+    assert int(got["zp"]) == zp
+    np.testing.assert_array_equal(got["y"], y)
+
+
 # -- Unique ------------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@
 # ONNX type codes.  Every address, size and type is checked in make_*_step.  Baseline flags:
 # one module for every tier (the inner loops are plain int32 arithmetic gcc vectorises).
 
+from libc.math cimport NAN
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t
 from libc.string cimport memset
 
@@ -347,17 +348,27 @@ cdef struct MinMaxArgs:
 
 cdef void _minmax_step(const void *p, int tid, int nthreads) noexcept nogil:
     """scale = (max(x, 0) - min(x, 0)) / 255 (1 / 255 when both are 0), zero point =
-    saturate(rint(-min / scale)) in [0, 255], all in float32 as the reference."""
+    saturate(rint(-min / scale)) in [0, 255], all in float32 as the reference.  NaN among
+    numbers is passed over (as ONNX Runtime); x all NaN gives scale NaN and zero point 255,
+    and so does a zero point that is NaN (min -inf: inf / inf), as the reference and ONNX
+    Runtime give (they made finite zeros of a NaN activation downstream)."""
     cdef const MinMaxArgs *a = <const MinMaxArgs *>p
-    cdef float lo = 0, hi = 0, v, span, q = 255, one = 1
+    cdef float lo = 0, hi = 0, v, span, q = 255, one = 1, zero_point
+    cdef bint numbers = a.n == 0
     cdef Py_ssize_t i
     for i in range(a.n):
         v = a.x[i]
         lo = v if v < lo else lo
         hi = v if v > hi else hi
+        numbers = numbers | (v == v)
+    if not numbers:
+        a.scale[0] = NAN
+        a.zp[0] = 255
+        return
     span = one if hi == lo else hi - lo
     a.scale[0] = span / q
-    a.zp[0] = <uint8_t>quantize_f32(-lo / a.scale[0], 0, 0, 255)
+    zero_point = -lo / a.scale[0]
+    a.zp[0] = 255 if zero_point != zero_point else <uint8_t>quantize_f32(zero_point, 0, 0, 255)
 
 
 def make_minmax_step(size_t x, Py_ssize_t n, size_t scale, size_t zp, keep=None):
