@@ -424,3 +424,26 @@ def test_an_override_after_the_external_data_changed_is_an_error(tmp_path):
     with pytest.raises(pplpy.ModelError, match="or its external data was changed"):
         rt.run({"x": x, "w": np.full(4, 3, np.float32)})
     np.testing.assert_array_equal(rt.run({"x": x})["y"], np.full(4, 12))
+
+
+def test_an_override_is_not_refused_for_another_initializers_default():
+    """Feeding one overridable initializer runs the variant with the others' defaults; a
+    default whose shape ([1]) differs from its declared dim name (K, 3 in "a") is the model's
+    own value, not a feed that contradicts the names (the run was refused naming "w")."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "w"], ["t"]), helper.make_node("Mul", ["t", "v"], ["y"])],
+        "g", [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, ["N", "K"]),
+              helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, ["K"]),
+              helper.make_tensor_value_info("v", onnx.TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([5], np.float32), "w"),
+         numpy_helper.from_array(np.array([2], np.float32), "v")])
+    rt = pplpy.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                    .SerializeToString(), num_threads=1)
+    a = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(rt.run({"a": a})["y"], np.full((2, 3), 12))
+    np.testing.assert_array_equal(rt.run({"a": a, "v": np.array([3], np.float32)})["y"],
+                                  np.full((2, 3), 18))
+    # A fed value is held to the names, as any feed.
+    with pytest.raises(pplpy.InputError, match='dim "K" is 3 in input "a"'):
+        rt.run({"a": a, "w": np.ones(2, np.float32)})

@@ -154,15 +154,17 @@ class Runtime:
         # A run another thread was in when the process forked holds no lock here.
         self._lock = threading.Lock()
 
-    def run(self, feeds, output_names=None):
+    def run(self, feeds, output_names=None, _defaults=()):
         """Run the model.  ``feeds`` maps input name -> numpy array; returns name -> array
         (only ``output_names``, in that order, when given).  Initializers the model also
-        lists as inputs may be fed too, overriding their values."""
+        lists as inputs may be fed too, overriding their values.  (``_defaults``: the names
+        in ``feeds`` that are the model's own initializer values, which the override variant
+        is fed; their declared dim names are not held against them.)"""
         if self._pool is not None:
             self._pool.prewake()  # workers asleep since the last run wake while we check feeds
         if isinstance(feeds, Mapping) and any(name in self._overridable for name in feeds):
             return self._run_overriding(feeds, output_names)
-        arrays = self._check_feeds(feeds)
+        arrays = self._check_feeds(feeds, _defaults)
         wanted = self._check_output_names(output_names)
         signature = tuple(a.shape for a in arrays.values()) + tuple(
             arrays[name].tobytes() for name in self._value_feeds)
@@ -192,7 +194,7 @@ class Runtime:
         runtime = self._override_runtime
         full = dict(runtime._result.graph.defaults)
         full.update(feeds)
-        return runtime.run(full, output_names)
+        return runtime.run(full, output_names, _defaults=set(full) - set(feeds))
 
     def _check_output_names(self, output_names):
         if output_names is None:
@@ -211,7 +213,7 @@ class Runtime:
                              f"{self.output_names}")
         return names
 
-    def _check_feeds(self, feeds):
+    def _check_feeds(self, feeds, defaults=()):
         if not isinstance(feeds, Mapping):
             raise InputError(f"run() takes a dict of input name -> numpy array, got "
                              f"{type(feeds).__name__}")
@@ -260,7 +262,7 @@ class Runtime:
                                      f"non-contiguous {array.dtype} {list(array.shape)} feed "
                                      f"to C order; check its shape") from exc
             arrays[info.name] = array
-        _check_named_dims(self._input_infos, arrays)
+        _check_named_dims([i for i in self._input_infos if i.name not in defaults], arrays)
         return arrays
 
 
