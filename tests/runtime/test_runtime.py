@@ -208,6 +208,37 @@ def test_a_shifted_free_dim_is_not_taken_for_another(save_model):
                                    atol=1e-4)
 
 
+def test_a_combination_of_free_dims_is_not_taken_for_another(save_model):
+    """Concat(x[1, N, 8], z[1, L, 8]) sliced from M on has N + L - M rows; with probe values
+    affine in the slot that combination landed on M's values in every probe, was recorded
+    as M, and Add(s, y[1, M, 8]) + LayerNorm fused into AddLayerNormalization (no broadcast):
+    N = 2, M = 3, L = 2 (one row, a broadcast) failed."""
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["x", "z"], ["xz"], axis=1),
+         helper.make_node("Shape", ["y"], ["ys"]),
+         helper.make_node("Slice", ["ys", "one", "two"], ["m"]),
+         helper.make_node("Slice", ["xz", "m", "big", "one"], ["s"]),
+         helper.make_node("Add", ["s", "y"], ["a"]),
+         helper.make_node("LayerNormalization", ["a", "sc", "bi"], ["out"], axis=-1)], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, d, 8])
+         for n, d in (("x", "N"), ("y", "M"), ("z", "L"))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1], np.int64), "one"),
+         numpy_helper.from_array(np.array([2], np.int64), "two"),
+         numpy_helper.from_array(np.array([1 << 30], np.int64), "big"),
+         numpy_helper.from_array(RNG.standard_normal(8).astype(np.float32), "sc"),
+         numpy_helper.from_array(RNG.standard_normal(8).astype(np.float32), "bi")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rt = pplpy.load(save_model(model), num_threads=1)
+    assert rt.graph.values["s"].dims[1] != "M"
+    ref = ReferenceEvaluator(model)
+    for n, m, l in ((2, 3, 2), (4, 3, 2), (1, 1, 1)):
+        feeds = {k: RNG.standard_normal((1, d, 8)).astype(np.float32)
+                 for k, d in (("x", n), ("y", m), ("z", l))}
+        np.testing.assert_allclose(rt.run(feeds)["out"], ref.run(None, feeds)[0], rtol=1e-4,
+                                   atol=1e-4)
+
+
 def test_a_dim_a_probe_clamps_keeps_its_symbol(save_model):
     """A position table of 128 rows sliced to the free length N: the third probe (321) is
     clamped to 128, which is not a reason to forget that the slice follows N (its chain with

@@ -19,9 +19,12 @@ from pplpy.optimizer import PassContext
 # Free input dims take these values while shapes are inferred at build time; a dim that
 # changes between the inferences depends on a free dim (see inference.symbolic_dims).
 # Each distinct free dim (by name; an unnamed one by its place) gets its own slot k and
-# takes PROBE_DIMS[p] + PROBE_STEPS[p] * k in inference p.  The steps differ, so no
-# arithmetic shift of one dim (N + 2, a Pad) takes all its values onto another slot's (which
-# then passed for that other dim, and an Add of the two fused as if of one shape).  The
+# takes _probe_value(p, k) in inference p: 64 + 2k, 97 + 3k + k * k, 321 + 5k.  The first
+# two name the dims that follow a free dim, by their pair of values; the second is not
+# affine in k, so no shift of one dim (N + 2, a Pad) nor a combination whose coefficients
+# sum to 1 (N + L - M, 2M - N: a Concat sliced by another length) lands on another slot's
+# pair (which then passed for that other dim, and an Add of the two, or an attention mask,
+# fused as if of one shape) short of a Pythagorean triple of slot distances.  The
 # first two lie PROBE_GAP apart, so that no stride up to it (a ViT patch embedding: 16, 32)
 # takes them to one size (64 and 65 both pool 2x2 to 32, which then passed for a static
 # dim), and stay below the tables a free dim indexes (positions: 128 and up); they name the
@@ -32,6 +35,7 @@ from pplpy.optimizer import PassContext
 PROBE_GAP = 33
 PROBE_DIMS = (64, 64 + PROBE_GAP, 64 + 257)
 PROBE_STEPS = (2, 3, 5)
+PROBE_SQUARES = (0, 1, 0)  # the k * k term of each probe
 # ``on_pass`` names the graph optimiser's passes (run inside graph_rewrites) "optimizer:<id>".
 OPTIMIZER_PREFIX = "optimizer:"
 
@@ -54,7 +58,7 @@ class EngineState:
 
 
 def _probe_value(probe, slot):
-    return PROBE_DIMS[probe] + PROBE_STEPS[probe] * slot
+    return PROBE_DIMS[probe] + PROBE_STEPS[probe] * slot + PROBE_SQUARES[probe] * slot * slot
 
 
 def create_op_contexts(state):
