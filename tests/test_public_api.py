@@ -447,3 +447,38 @@ def test_an_override_is_not_refused_for_another_initializers_default():
     # A fed value is held to the names, as any feed.
     with pytest.raises(pplpy.InputError, match='dim "K" is 3 in input "a"'):
         rt.run({"a": a, "w": np.ones(2, np.float32)})
+
+
+def test_external_data_rewritten_while_the_model_loads_is_seen(tmp_path):
+    """The external data files' identities are taken before they are read: a weight file
+    rewritten during the build (here from the on_pass hook) went unnoticed, and the override
+    variant then read the new weights while plain runs used the old ones."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4]),
+              helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.full(4, 2, np.float32), "w"),
+         numpy_helper.from_array(np.full(4, 1, np.float32), "b")])
+    path = tmp_path / "m.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                    path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="w.bin", size_threshold=0)
+    data = tmp_path / "w.bin"
+    old = data.read_bytes()
+    rewritten = []
+
+    def on_pass(name, state):  # another process rewriting the weights during the load
+        if not rewritten:
+            rewritten.append(name)
+            data.write_bytes(old.replace(np.full(4, 1, np.float32).tobytes(),
+                                         np.full(4, 100, np.float32).tobytes()))
+
+    builder = pplpy.RuntimeBuilder.from_onnx(str(path), engines=[pplpy.X86Engine(num_threads=1)],
+                                             on_pass=on_pass)
+    rt = builder.create_runtime()
+    x = np.ones(4, np.float32)
+    assert rewritten and data.read_bytes() != old
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], np.full(4, 3))
+    with pytest.raises(pplpy.ModelError, match="or its external data was changed"):
+        rt.run({"x": x, "w": np.full(4, 2, np.float32)})

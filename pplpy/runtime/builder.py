@@ -10,7 +10,6 @@ MemoryError while folding constants) is wrapped by ``pplpy.errors.guard``.
 
 import math
 import operator
-import os
 import threading
 
 import numpy as np
@@ -19,7 +18,8 @@ from pplpy.engines.x86.engine import X86Engine
 from pplpy.engines.x86.ops.declare import registered_ops
 from pplpy.errors import InputError, ModelError, PplError, UnsupportedOpError, guard
 from pplpy.ir import all_nodes
-from pplpy.models.onnx.model_parser import MAX_TENSOR_BYTES, load_model_proto, parse_model
+from pplpy.models.onnx.model_parser import (MAX_TENSOR_BYTES, file_identity, load_model_proto,
+                                            parse_model)
 from pplpy.models.onnx.registry import parser_entries
 from pplpy.runtime.fork import reset_after_fork
 from pplpy.optimizer import PassManager
@@ -71,7 +71,7 @@ class RuntimeBuilder:
         load_plugins()
         if isinstance(path, (bytearray, memoryview)):
             path = bytes(path)  # the caller may change them; the override variant reads them
-        identity, files = _file_identity(path), []  # taken before the file is read
+        identity, files = file_identity(path), []  # taken before the file is read
         with guard("reading the model", memory_error=ModelError):
             graph, unparsed = parse_model(load_model_proto(path, files), cast_to_float32)
         builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, passes=passes,
@@ -81,10 +81,11 @@ class RuntimeBuilder:
             # overridable initializer (holding a second copy of the weights until then would
             # double the model's memory); a file changed since makes that run an error, not
             # a build of another model.  The external data files count too.
-            identity = (identity, tuple(_file_identity(f) for f in files))
+            identity = (identity, tuple(ident for _, ident in files))
 
             def rebuild():
-                if (_file_identity(path), tuple(_file_identity(f) for f in files)) != identity:
+                now = (file_identity(path), tuple(file_identity(name) for name, _ in files))
+                if now != identity:
                     raise ModelError(
                         f"model file {path!r} or its external data was changed or removed since "
                         f"it was loaded; a "
@@ -118,18 +119,6 @@ class RuntimeBuilder:
     def create_runtime(self):
         override = self.override_builder if self._rebuild is not None else None
         return Runtime(self.result, self.plan_cache_size, override)
-
-
-def _file_identity(path):
-    """What tells a model file from a changed one: (inode, size, modification time), None
-    when ``path`` is the model's bytes (kept as they are) or no longer a file."""
-    if isinstance(path, (bytes, bytearray, memoryview)):
-        return None
-    try:
-        st = os.stat(path)
-    except (OSError, TypeError, ValueError):
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _check_supported(graph, unparsed, engine):

@@ -35,7 +35,8 @@ def load_model_proto(path, files=None):
     """onnx.load with pplpy errors, and external data confined to the model's folder.
 
     ``path`` may also be the model's bytes (then it may not use external data).  ``files``,
-    a list, gets the external data files the model read."""
+    a list, gets (path, file_identity) of each external data file, taken before it is
+    read."""
     if isinstance(path, (bytes, bytearray, memoryview)):
         data = bytes(path)
         if not data:
@@ -61,12 +62,24 @@ def load_model_proto(path, files=None):
     base = os.path.dirname(os.path.abspath(path))
     external = check_external_data(model, base)
     if files is not None:
-        files.extend(external)
+        files.extend((name, file_identity(name)) for name in external)
     try:
         load_external_data_for_model(model, base)
     except Exception as exc:  # noqa: BLE001 - OSError, ValueError, onnx's checker errors
         raise ModelError(f"{path!r}: cannot read its external data: {exc}") from exc
     return model
+
+
+def file_identity(path):
+    """What tells a file from a changed one: (inode, size, modification time), None when
+    ``path`` is a model's bytes or no longer a file."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def check_external_data(model, base_dir):
