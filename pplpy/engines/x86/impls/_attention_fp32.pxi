@@ -46,6 +46,7 @@ import numpy as np
 from pplpy.runtime.step cimport (Step, new_step, ppl_claim_size, ppl_fault, ppl_fault_record,
                                   ppl_item_queue, ppl_next_items, ppl_partition, set_fault)
 from pplpy.engines.x86.impls.aligned import aligned_empty
+from pplpy.engines.x86.impls.fault_text import valid_indices
 from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
@@ -582,7 +583,7 @@ def make_rotary_step(size_t x, size_t y, size_t cos, size_t sin, size_t pos, dim
     a.interleaved = interleaved
     if pos != 0:
         set_fault(step, &a.fault, f"position id {{value}} is out of range for caches of "
-                  f"{positions} rows (valid: -{positions} to {positions - 1})")
+                  f"{positions} rows ({valid_indices(positions)})")
     return step
 
 

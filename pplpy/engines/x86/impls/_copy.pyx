@@ -31,6 +31,7 @@ import numpy as np
 
 from pplpy.runtime.step cimport (Step, new_step, ppl_fault, ppl_fault_record, ppl_partition,
                                  ppl_plan_step, set_fault)
+from pplpy.engines.x86.impls.fault_text import valid_indices
 from pplpy.runtime.step import run_steps
 
 
@@ -310,10 +311,6 @@ def transpose_strides(dims, perm, Py_ssize_t es):
 
 # -- gather -------------------------------------------------------------------------------
 
-def _valid_indices(n):
-    """What a fault message says an index of an axis of n may be."""
-    return f"valid: -{n} to {n - 1}" if n else "the axis is empty: no index is valid"
-
 
 cdef struct GatherArgs:
     char *dst
@@ -372,7 +369,7 @@ def make_gather_step(size_t dst, size_t data, size_t indices, int index_size,
     args.m = m
     args.row = row
     set_fault(step, &args.fault, f"index {{value}} is out of range for an axis of "
-              f"{axis_dim} ({_valid_indices(axis_dim)})")
+              f"{axis_dim} ({valid_indices(axis_dim)})")
     return step
 
 

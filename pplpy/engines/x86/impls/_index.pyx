@@ -31,6 +31,7 @@ import numpy as np
 
 from pplpy.runtime.step cimport (Step, new_step, ppl_fault, ppl_fault_record, ppl_partition,
                                  set_fault)
+from pplpy.engines.x86.impls.fault_text import valid_indices
 from pplpy.runtime.step import run_steps
 
 
@@ -309,9 +310,8 @@ cdef Step _elements_step(bint scatter, size_t dst, size_t data, size_t indices, 
         args.dstrides[k] = s
         s *= data_dims[k]
     n = data_dims[axis] if rank else 0
-    valid = f"valid: -{n} to {n - 1}" if n else "the axis is empty: no index is valid"
     set_fault(step, &args.fault, f"index {{value}} is out of range for axis {axis} of "
-              f"{n} ({valid})")
+              f"{n} ({valid_indices(n)})")
     return step
 
 

@@ -25,6 +25,7 @@ from pplpy.runtime.step cimport (Step, new_step, ppl_fault, ppl_fault_record, pp
 
 import numpy
 
+from pplpy.engines.x86.impls.fault_text import valid_indices
 from pplpy.runtime.step import run_steps
 
 cdef enum:
@@ -231,7 +232,7 @@ def make_maxunpool_step(size_t x, size_t indices, size_t y, Py_ssize_t count, sr
         a.src_total *= src[i]
     a.same = src == dst
     set_fault(step, &a.fault, f"index {{value}} of I is out of range for the unpooled shape "
-              f"{list(src_shape)} (valid: 0 to {a.src_total - 1})")
+              f"{list(src_shape)} ({valid_indices(a.src_total, negative=False)})")
     return step
 
 

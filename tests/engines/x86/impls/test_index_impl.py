@@ -163,3 +163,12 @@ def test_cast(src, dst, num_threads):
     y = np.empty(x.shape, dst)
     _cast.cast(x, y, num_threads)
     np.testing.assert_array_equal(y, x.astype(dst))
+
+
+def test_fault_texts_name_the_valid_range():
+    from pplpy.engines.x86.impls.fault_text import valid_indices
+
+    assert valid_indices(3) == "valid: -3 to 2"
+    assert valid_indices(32, negative=False) == "valid: 0 to 31"
+    assert valid_indices(0) == valid_indices(0, negative=False) == (
+        "the axis is empty: no index is valid")  # not "-0 to -1"
