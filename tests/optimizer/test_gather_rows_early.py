@@ -328,3 +328,28 @@ def test_random_dags_compute_what_they_do_without_the_pass(m):
     plain = pplpy.load(m.SerializeToString(), num_threads=1, passes=WITHOUT).run(feeds)
     for name in plain:
         np.testing.assert_allclose(got[name], plain[name], rtol=1e-5, atol=1e-5)
+
+
+def test_a_producer_whose_output_is_a_graph_output_stays():
+    """Add + LayerNorm fuse into AddLayerNormalization with two outputs; the norm's (named
+    "also" once the Identity goes) is a graph output read by no node, and the pass moved the
+    producer above the Gather of the other output, renaming that output: "also" had no
+    producer and the run failed with an internal KeyError (found by the property below)."""
+    shape = [B, S, HID]
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["s"]),
+         helper.make_node("LayerNormalization", ["s", "scale", "bias"], ["n"], axis=-1),
+         helper.make_node("Relu", ["s"], ["r"]),
+         helper.make_node("Identity", ["n"], ["also"]),
+         helper.make_node("Gather", ["r", "i"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "also")],
+        [numpy_helper.from_array(np.ones(HID, np.float32), "scale"),
+         numpy_helper.from_array(np.zeros(HID, np.float32), "bias"),
+         numpy_helper.from_array(np.array(0, np.int64), "i")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.standard_normal(shape).astype(np.float32)}
+    got = pplpy.load(m.SerializeToString(), num_threads=1).run(feeds)
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for name, value in zip(("y", "also"), want):
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)

@@ -207,10 +207,12 @@ class GatherRowsEarly(RewriteRule):
         one Gather only, with these axis and indices; else None."""
         readers = {}
         for j, name in enumerate(producer.outputs):
+            if name and graph.is_graph_output(name):
+                return None  # all its rows are the model's output (read by no node, even)
             if not name or not graph.uses(name):
                 continue
             users = graph.consumers(name)
-            if graph.is_graph_output(name) or len(users) != 1:
+            if len(users) != 1:
                 return None
             g = users[0]
             if g.domain != "" or g.op_type != "Gather" or g.inputs[0] != name:
