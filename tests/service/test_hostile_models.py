@@ -294,6 +294,22 @@ def untyped_output():
 
 
 @case
+def int4_weights():
+    """ONNX Runtime's int4 QDQ weights: a valid model in a type pplpy does not compute in,
+    so unsupported (naming the reader), not an invalid model (it was a ModelError)."""
+    w = helper.make_tensor("w", TensorProto.INT4, [4, 3], [1, -2, 3, 0, 7, -8, 1, 1, 2, -3, 4, 5])
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["w", "s"], ["wf"], name="dq_w"),
+         helper.make_node("MatMul", ["x", "wf"], ["y"], name="mm")], "g",
+        [helper.make_tensor_value_info("x", FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+        [w, helper.make_tensor("s", FLOAT, [], [0.1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    return model, None, pplpy.UnsupportedOpError, [
+        'initializer "w" is INT4', 'read by node "dq_w" (ai.onnx::DequantizeLinear)']
+
+
+@case
 def negative_declared_dim():
     model = make_model([helper.make_node("Relu", ["x"], ["y"], name="r")],
                        [("x", FLOAT, [2, -3])], [("y", FLOAT, None)])

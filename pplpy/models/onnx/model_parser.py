@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
 from pplpy.common.data_type import DataType
-from pplpy.errors import ModelError
+from pplpy.errors import ModelError, UnsupportedOpError
 from pplpy.ir import Graph, Node, ValueInfo
 from pplpy.models.onnx.registry import find_parser, normalize_domain
 
@@ -316,8 +316,16 @@ def parse_model(model, cast_to_float32=False, override_initializers=False):
         except Exception as exc:  # noqa: BLE001 - any decoding failure is a model problem
             raise ModelError(f'initializer "{init.name}" cannot be decoded: {exc}') from exc
         if DataType.from_numpy(graph.constants[init.name].dtype) is None:
-            raise ModelError(f'initializer "{init.name}": element type '
-                             f"{graph.constants[init.name].dtype} is not supported by pplpy")
+            # A valid model (ONNX Runtime's int4 QDQ weights) in a type pplpy does not
+            # compute in: unsupported, naming the nodes that read it, not an invalid model.
+            readers = [n for n in onnx_graph.node if init.name in n.input]
+            raise UnsupportedOpError(
+                f'initializer "{init.name}" is {_type_name(init.data_type)}, an element type '
+                f"pplpy does not compute in; read by "
+                + (", ".join(f'node "{n.name}" ({n.domain or "ai.onnx"}::{n.op_type})'
+                             for n in readers[:3]) or "no node"),
+                nodes=[(n.name, n.domain, n.op_type, opsets.get(normalize_domain(n.domain)))
+                       for n in readers])
     for init in onnx_graph.sparse_initializer:
         from pplpy.models.onnx.registry import sparse_to_dense
 
