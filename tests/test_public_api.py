@@ -402,20 +402,27 @@ def test_an_override_after_the_model_file_changed_is_an_error(tmp_path, change):
     np.testing.assert_array_equal(rt.run({"x": x, "w": np.full(2, 5, np.float32)})["y"], [5, 5])
 
 
-def test_an_override_after_the_external_data_changed_is_an_error(tmp_path):
-    """The override variant reads the external data again too: a weight file rewritten
-    in place since the load (the .onnx untouched) was built and run silently."""
+def _save_with_external_weights(tmp_path, bias):
+    """y = x * w + b over 4 floats, w (2, overridable: also an input) and b (``bias``) in
+    the external data file w.bin next to m.onnx; returns m.onnx's path."""
     graph = helper.make_graph(
         [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])],
         "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4]),
               helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
         [numpy_helper.from_array(np.full(4, 2, np.float32), "w"),
-         numpy_helper.from_array(np.full(4, 10, np.float32), "b")])
+         numpy_helper.from_array(np.full(4, bias, np.float32), "b")])
     path = tmp_path / "m.onnx"
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
                     path, save_as_external_data=True, all_tensors_to_one_file=True,
                     location="w.bin", size_threshold=0)
+    return path
+
+
+def test_an_override_after_the_external_data_changed_is_an_error(tmp_path):
+    """The override variant reads the external data again too: a weight file rewritten
+    in place since the load (the .onnx untouched) was built and run silently."""
+    path = _save_with_external_weights(tmp_path, bias=10)
     rt = pplpy.load(str(path))
     x = np.ones(4, np.float32)
     np.testing.assert_array_equal(rt.run({"x": x})["y"], np.full(4, 12))
@@ -453,17 +460,7 @@ def test_external_data_rewritten_while_the_model_loads_is_seen(tmp_path):
     """The external data files' identities are taken before they are read: a weight file
     rewritten during the build (here from the on_pass hook) went unnoticed, and the override
     variant then read the new weights while plain runs used the old ones."""
-    graph = helper.make_graph(
-        [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])],
-        "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4]),
-              helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.full(4, 2, np.float32), "w"),
-         numpy_helper.from_array(np.full(4, 1, np.float32), "b")])
-    path = tmp_path / "m.onnx"
-    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-                    path, save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="w.bin", size_threshold=0)
+    path = _save_with_external_weights(tmp_path, bias=1)
     data = tmp_path / "w.bin"
     old = data.read_bytes()
     rewritten = []

@@ -58,6 +58,7 @@ class Runtime:
         self._last = None
         self._lock = threading.Lock()
         reset_after_fork(self)
+        self._shared_dims = _shared_dim_names(self._input_infos)
         # Initializers the model also lists as inputs: a feed may override them, in a
         # runtime of the builder's override variant (made on first use).
         self._overridable = dict(result.graph.overridable) if override is not None else {}
@@ -262,29 +263,40 @@ class Runtime:
                                      f"non-contiguous {array.dtype} {list(array.shape)} feed "
                                      f"to C order; check its shape") from exc
             arrays[info.name] = array
-        _check_named_dims([i for i in self._input_infos if i.name not in defaults], arrays)
+        _check_named_dims(self._shared_dims, arrays, defaults)
         return arrays
 
 
-def _check_named_dims(infos, arrays):
+def _shared_dim_names(infos):
+    """Dim name -> [(input, axis), ...] for the names the inputs declare at more than one
+    place (worked out once; a run checks only these)."""
+    places = {}
+    for info in infos:
+        for axis, name in enumerate(info.dims or ()):
+            if isinstance(name, str):
+                places.setdefault(name, []).append((info.name, axis))
+    return {name: at for name, at in places.items() if len(at) > 1}
+
+
+def _check_named_dims(shared, arrays, defaults=()):
     """Feeds must agree on every dim name the model declares: the build took dims of one
     name for one size (a mask [B, 1, s, s] beside q [B, H, s, D] fused into an attention
     whose mask then had to hold s keys), so a feed that binds a name to two sizes is refused
-    rather than computed with that assumption broken."""
-    seen = {}  # dim name -> (size, input name, axis)
-    for info in infos:
-        if info.dims is None or info.name not in arrays:
-            continue
-        shape = arrays[info.name].shape
-        for axis, (name, size) in enumerate(zip(info.dims, shape)):
-            if not isinstance(name, str):
+    rather than computed with that assumption broken.  ``shared``: _shared_dim_names;
+    ``defaults``: inputs given the model's own initializer values, not held to the names."""
+    for name, places in shared.items():
+        first = None
+        for input_name, axis in places:
+            if input_name in defaults or input_name not in arrays:
                 continue
-            first = seen.setdefault(name, (size, info.name, axis))
-            if first[0] != size:
+            size = arrays[input_name].shape[axis]
+            if first is None:
+                first = (size, input_name, axis)
+            elif size != first[0]:
                 raise InputError(
                     f'dim "{name}" is {first[0]} in input "{first[1]}" (axis {first[2]}) but '
-                    f'{size} in input "{info.name}" (axis {axis}); the model declares them one '
-                    f"size: feed inputs that agree, or give the dims different names")
+                    f'{size} in input "{input_name}" (axis {axis}); the model declares them '
+                    f"one size: feed inputs that agree, or give the dims different names")
 
 
 def _describe_dims(dims):

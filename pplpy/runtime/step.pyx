@@ -82,15 +82,6 @@ cdef int set_fault(Step step, ppl_fault *fault, str message) except -1:
     return 0
 
 
-def fault_of(Step step):
-    """The value the step recorded as bad in its last run, or None (tests, the profiler)."""
-    cdef ppl_fault *fault
-    if step.fault_offset < 0:
-        return None
-    fault = <ppl_fault *>(<char *>step.args + step.fault_offset)
-    return fault.value if fault.hit else None
-
-
 cdef class PythonStep(Step):
     """A step that calls ``function()`` holding the GIL, on thread 0 of the team.
 
