@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call's worth of measurements on a lent machine (the 16-core Xeon), in priority order,
 # each step with its own time limit, everything written to $OUT as it goes:
-#     bash benchmarks/device_check.sh [threads, default 1,4,16] [all|diag|suite]
+#     bash benchmarks/device_check.sh [threads, default 1,4,16] [all|diag|suite|lease]
 # Build (about 2 min on 16 cores), then the diagnostics ("diag"): which CPUs share a core
 # (core_sharing.py), brgemm.py and the C harness on one core (the module against the header
 # alone), a ResNet-50 profile at 1, 4 and 16 threads and a GPT-2 one at 1 and 4 (per-node
@@ -11,6 +11,11 @@
 # items claimed as steps run, the transformer GEMMs with cold weights (cold_gemm.py); then
 # ("suite") the whole suite against ONNX Runtime.  All of it takes about 13 minutes: where
 # one call's limit would cut the suite, run "diag" and "suite" as two calls.  Pitfalls it
+# "lease" is what fits one call of a 15-minute lease (the start takes one or two of them):
+# build, core sharing, brgemm.py, the suite, the full test suite on this machine's tier, then
+# GPT-2 and ResNet-50 at 4 threads per node in both engines; every step stops at
+# $DEADLINE_S seconds after the script began (default 530), so its output always comes back.
+# Pitfalls it
 # avoids, both met on the device: files the tool does not copy (.gitignore'd ones, such as
 # *.c outside benchmarks/) and a bare `wait` in a script whose output goes through a process
 # substitution (it waits for the tee too, until the call's limit).
@@ -18,15 +23,19 @@ set -u
 out="${OUT:-$(mktemp -d)}"
 threads="${1:-1,4,16}"
 parts="${2:-all}"
-case "$parts" in all|diag|suite) ;; *) echo "parts: all, diag or suite, not $parts"; exit 2;; esac
+case "$parts" in all|diag|suite|lease) ;; *) echo "parts: all, diag, suite or lease, not $parts"; exit 2;; esac
+deadline=$(( SECONDS + ${DEADLINE_S:-$([ "$parts" = lease ] && echo 530 || echo 100000)} ))
 cpu="${CPU:-2}"   # the core of the one-core measurements
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$out"
 log="$out/device_check.txt"
 say() { echo "[$(date +%T)] $*" | tee -a "$log"; }
-step() {  # step LIMIT_S NAME CMD...: run CMD from /tmp (the installed pplpy), log its output
-    local limit=$1 name=$2; shift 2
-    say "== $name"
+step() {  # step LIMIT_S NAME CMD...: run CMD from /tmp (the installed pplpy), log its output;
+    # LIMIT_S is cut to what is left before the deadline, and a step with under 5 s is skipped
+    local limit=$1 name=$2 left=$(( deadline - SECONDS )); shift 2
+    [ "$left" -lt "$limit" ] && limit=$left
+    [ "$limit" -lt 5 ] && { say "   ($name: skipped, deadline)"; return; }
+    say "== $name (limit ${limit} s)"
     (cd /tmp && timeout "$limit" "$@") >> "$log" 2>&1 || say "   ($name: exit $?)"
 }
 say "$(lscpu | grep -E 'Model name' | tr -s ' '), $(nproc) CPUs"
@@ -35,7 +44,28 @@ lscpu -e >> "$log" 2>&1
 say "== build"
 (cd "$repo" && python3 -m pip install -q --no-build-isolation --no-deps . ) >> "$log" 2>&1 \
     || { say "build failed"; exit 1; }
-if [ "$parts" != suite ]; then
+if [ "$parts" = lease ]; then
+    step 30 "core sharing" python3 "$repo/benchmarks/core_sharing.py"
+    step 40 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" \
+        --tiers avx512,fma
+    step 260 "suite, threads $threads" python3 "$repo/benchmarks/run.py" \
+        --threads "$threads" --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
+    # the tests from the checkout with the source tree off sys.path (-P): the installed build
+    step 170 "tests, 14 workers (all output: tests.txt)" bash -c "cd '$repo' && python3 -P -m \
+        pytest -q -n 14 -p no:cacheprovider tests > '$out/tests.txt' 2>&1; s=\$?; \
+        tail -25 '$out/tests.txt'; exit \$s"
+    [ $(( deadline - SECONDS )) -gt 30 ] && python3 "$repo/benchmarks/models.py" \
+        --save "$out/models" --models resnet50,gpt2_small >> "$log" 2>&1
+    for m in gpt2_small resnet50; do
+        step 40 "$m profile, 4 threads" python3 -m pplpy.tools.pplnn \
+            --onnx-model "$out/models/$m.onnx" --num-threads 4 --enable-profiling \
+            --warmup-iterations 2 --min-profiling-iterations 5
+        step 40 "$m, ORT per op, 4 threads" python3 "$repo/benchmarks/ort_profile.py" \
+            "$out/models/$m.onnx" --threads 4 --runs 5 --nodes 12
+    done
+    rm -rf "$out/models"
+fi
+if [ "$parts" = all ] || [ "$parts" = diag ]; then
     step 60 "core sharing (peak loop on CPU 0 and each other CPU at once)" \
         python3 "$repo/benchmarks/core_sharing.py"
     step 60 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" \
@@ -90,7 +120,7 @@ if [ "$parts" != suite ]; then
     step 150 "cold GEMMs" python3 "$repo/benchmarks/cold_gemm.py" --threads 1,4 \
         --prefetch 0,4,8,16 --rounds 2
 fi
-if [ "$parts" != diag ]; then
+if [ "$parts" = all ] || [ "$parts" = suite ]; then
     step 330 "suite, threads $threads" python3 "$repo/benchmarks/run.py" \
         --threads "$threads" --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
 fi
