@@ -283,6 +283,42 @@ def test_a_feed_too_big_to_copy_is_an_input_error(save_model):
     np.testing.assert_array_equal(rt.run({"x": x})["y"], np.maximum(x, 0))
 
 
+@pytest.fixture
+def one_mib_container(tmp_path, monkeypatch):
+    """The process as if in a container allowed 1 MiB (a cgroup v2 memory.max file)."""
+    from pplpy.runtime import memory_limit
+    limit = tmp_path / "memory.max"
+    limit.write_text("1048576\n")
+    monkeypatch.setattr(memory_limit, "_CGROUP_LIMIT_FILES", (str(limit),))
+    memory_limit.usable_memory_bytes.cache_clear()
+    yield
+    memory_limit.usable_memory_bytes.cache_clear()
+
+
+def test_sizes_over_the_memory_there_is_are_refused_before_allocating(save_model,
+                                                                      one_mib_container):
+    """Where the host overcommits, allocating more than the machine holds succeeds and the
+    process is killed when the pages are touched (a test worker died so on the 16-core
+    machine's sandbox): pplpy refuses such sizes up front, naming the container's limit."""
+    rt = pplpy.load(save_model(make_model(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
+         helper.make_node("Add", ["a", "b"], ["y"])],
+        [("x", FLOAT, ["N", 4])], [("y", FLOAT, None)])))
+    wide = np.ones((4, 1 << 17), np.float32)  # 2 MiB, its transpose not contiguous
+    with pytest.raises(pplpy.InputError, match=r'input "x": out of memory copying .*2097152 '
+                       r"bytes, more than the 1048576 bytes of memory"):
+        rt.run({"x": wide.T})
+    with pytest.raises(pplpy.ShapeError, match=r'value "x" would take 2097152 bytes .*more '
+                       r"than the 1048576 bytes"):
+        rt.run({"x": np.ones((1 << 17, 4), np.float32)})
+    # 480 KiB a value, but x, a and b live at once
+    with pytest.raises(pplpy.ShapeError, match=r"values live at once would take \d+ bytes: "
+                       r"more than the 1048576"):
+        rt.run({"x": np.ones((30720, 4), np.float32)})
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 4
+    np.testing.assert_array_equal(rt.run({"x": x.T.copy().T})["y"], np.maximum(x, 0) - x)
+
+
 def test_bad_load_options_are_pplpy_errors(save_model, tmp_path):
     path = save_model(make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", FLOAT, [4])],
                                  [("y", FLOAT, None)]))

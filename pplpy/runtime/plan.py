@@ -20,12 +20,9 @@ from pplpy.engines.x86.ops.kernel import Slot, StepIO
 from pplpy.engines.x86.passes.inference import infer_shapes
 from pplpy.errors import ShapeError
 from pplpy.runtime.inplace_concat import plan_inplace_concats
+from pplpy.runtime.memory_limit import describe_limit, usable_memory_bytes
 from pplpy.runtime.memory_planner import ALIGNMENT, Buffer, plan_memory
 from pplpy.runtime.step import Plan
-
-# A single value or arena larger than this is refused with a ShapeError instead of an
-# allocation failure deep inside numpy.
-MAX_ARENA_BYTES = 1 << 40
 
 
 def as_steps(made):
@@ -109,21 +106,27 @@ class ExecutionPlan:
         for name, (out, _) in aliases.items():  # the output's buffer holds its inputs
             first[out] = min(first[out], first[name])
             last[out] = max(last[out], last[name])
+        # Sizes over the memory there is are refused before anything is allocated: on a host
+        # that overcommits, the allocation would succeed and the run be killed (memory_limit).
+        limit = usable_memory_bytes()
         buffers = []
         for name in first:
             if name in aliases:
                 continue
             nbytes = self.tensor_shapes[name].bytes
-            if nbytes > MAX_ARENA_BYTES:
+            if nbytes > limit:
                 raise ShapeError(f'value "{name}" would take {nbytes} bytes '
-                                 f"{self.tensor_shapes[name]}: larger than pplpy's limit of "
-                                 f"{MAX_ARENA_BYTES}; check the input shapes")
+                                 f"{self.tensor_shapes[name]}: more than {describe_limit()}; "
+                                 f"check the input shapes")
             buffers.append(Buffer(name, nbytes, first[name], last[name]))
         if result.options.mm_policy == "perf":  # every value its own region
             offsets, total = plan_memory([Buffer(b.name, b.nbytes, 0, len(step_nodes))
                                           for b in buffers])
         else:
             offsets, total = plan_memory(buffers)
+        if total > limit:
+            raise ShapeError(f"the values live at once would take {total} bytes: more than "
+                             f"{describe_limit()}; check the input shapes")
         raw = np.empty(total + ALIGNMENT, np.uint8)
         start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
         self.arena = raw[start:start + total]

@@ -24,6 +24,7 @@ import numpy as np
 from pplpy.errors import InputError, PplError, guard
 from pplpy.runtime import step as _step
 from pplpy.runtime.fork import new_lock_after_fork, reset_after_fork
+from pplpy.runtime.memory_limit import describe_limit, usable_memory_bytes
 from pplpy.runtime.plan import ExecutionPlan
 from pplpy.runtime.step import ThreadPool
 from pplpy.runtime.profiler import Profiler
@@ -256,15 +257,25 @@ class Runtime:
                                      f"{list(array.shape)}")
             # np.ascontiguousarray would make a rank-0 feed (1,): rank-0 in, rank-0 out.
             if not array.flags.c_contiguous:
-                try:
-                    array = array.copy(order="C")
-                except MemoryError as exc:
-                    raise InputError(f'input "{info.name}": out of memory copying the '
-                                     f"non-contiguous {array.dtype} {list(array.shape)} feed "
-                                     f"to C order; check its shape") from exc
+                array = _c_order_copy(info.name, array)
             arrays[info.name] = array
         _check_named_dims(self._shared_dims, arrays, defaults)
         return arrays
+
+
+def _c_order_copy(name, array):
+    """A non-contiguous feed copied to C order; out of memory is the feed's InputError.  A
+    copy larger than the machine's memory is not tried (see memory_limit: on a host that
+    overcommits it would succeed and the process be killed while copying)."""
+    what = (f'input "{name}": out of memory copying the non-contiguous {array.dtype} '
+            f"{list(array.shape)} feed to C order")
+    if array.nbytes > usable_memory_bytes():
+        raise InputError(f"{what} ({array.nbytes} bytes, more than {describe_limit()}); "
+                         f"check its shape")
+    try:
+        return array.copy(order="C")
+    except MemoryError as exc:
+        raise InputError(f"{what}; check its shape") from exc
 
 
 def _shared_dim_names(infos):
