@@ -154,11 +154,17 @@ def test_large_team_takes_direct_where_winograd_has_few_items(isa, tmp_path, mon
     assert_close(many, want)
 
 
-def test_dump_graph_shows_the_algorithm(tmp_path, monkeypatch):
-    monkeypatch.delenv("PPLPY_CONV_ALGO", raising=False)
+@pytest.mark.parametrize("forced", [None, "direct"])
+def test_dump_graph_shows_the_algorithm(tmp_path, monkeypatch, forced):
+    """One thread: a team of every CPU (the default) took this layer direct on the 16-core
+    Xeon, where Winograd's few items would leave most of the team idle."""
+    if forced:
+        monkeypatch.setenv("PPLPY_CONV_ALGO", forced)
+    else:
+        monkeypatch.delenv("PPLPY_CONV_ALGO", raising=False)
     model, _ = conv_model(32, 32, 16, 16, activation="Relu")
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    rt = pplpy.load(path)
+    rt = pplpy.load(path, num_threads=1)
     text = format_graph(rt.graph, rt.result.ops, rt.tensor_shapes(), kernels=rt.result.kernels)
-    assert "algorithm  winograd_f4x3" in text
+    assert f"algorithm  {forced or 'winograd_f4x3'}" in text
