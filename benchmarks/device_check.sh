@@ -12,9 +12,10 @@
 # ("suite") the whole suite against ONNX Runtime.  All of it takes about 13 minutes: where
 # one call's limit would cut the suite, run "diag" and "suite" as two calls.  Pitfalls it
 # "lease" is what fits one call of a 15-minute lease (the start takes one or two of them):
-# build, core sharing, brgemm.py, the suite, the full test suite on this machine's tier, then
-# GPT-2 and ResNet-50 at 4 threads per node in both engines; every step stops at
-# $DEADLINE_S seconds after the script began (default 530), so its output always comes back.
+# build, core sharing, brgemm.py, the suite, per-node profiles for the last lease's open
+# questions, then the full test suite on this machine's tier with the time left; every step
+# stops at $DEADLINE_S seconds after the script began (default 530), so its output always
+# comes back.
 # Pitfalls it
 # avoids, both met on the device: files the tool does not copy (.gitignore'd ones, such as
 # *.c outside benchmarks/) and a bare `wait` in a script whose output goes through a process
@@ -50,20 +51,33 @@ if [ "$parts" = lease ]; then
         --tiers avx512,fma
     step 260 "suite, threads $threads" python3 "$repo/benchmarks/run.py" \
         --threads "$threads" --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
-    # the tests from the checkout with the source tree off sys.path (-P): the installed build
-    step 170 "tests, 14 workers (all output: tests.txt)" bash -c "cd '$repo' && python3 -P -m \
+    # Session 20's open questions, per node: ResNet-18's Winograd layers scaled 1.1-1.6x
+    # from one thread to four there (its direct ones 2.2-2.9x): the same layers at 1 and 4
+    # threads, and at 4 with every layer direct; GPT-2 took 37 ms more than BERT at one
+    # thread there (the same GEMM FLOPs; 3 ms less on the EPYC)
+    [ $(( deadline - SECONDS )) -gt 30 ] && python3 "$repo/benchmarks/models.py" \
+        --save "$out/models" --models resnet18,gpt2_small,bert_base >> "$log" 2>&1
+    for t in 1 4; do
+        step 30 "ResNet-18 profile, $t threads" python3 -m pplpy.tools.pplnn \
+            --onnx-model "$out/models/resnet18.onnx" --num-threads "$t" --enable-profiling \
+            --warmup-iterations 3 --min-profiling-iterations 20
+    done
+    step 30 "ResNet-18 profile, 4 threads, every conv direct" env PPLPY_CONV_ALGO=direct \
+        python3 -m pplpy.tools.pplnn --onnx-model "$out/models/resnet18.onnx" \
+        --num-threads 4 --enable-profiling --warmup-iterations 3 --min-profiling-iterations 20
+    for m in gpt2_small bert_base; do
+        step 40 "$m profile, 1 thread" python3 -m pplpy.tools.pplnn \
+            --onnx-model "$out/models/$m.onnx" --num-threads 1 --enable-profiling \
+            --warmup-iterations 1 --min-profiling-iterations 3
+    done
+    step 40 "gpt2_small, ORT per op, 1 thread" python3 "$repo/benchmarks/ort_profile.py" \
+        "$out/models/gpt2_small.onnx" --threads 1 --runs 3 --nodes 12
+    rm -rf "$out/models"
+    # last, with what is left: the whole test suite on this machine's tier, from the checkout
+    # with the source tree off sys.path (-P); about 3 minutes on 14 workers (session 20)
+    step 200 "tests, 14 workers (all output: tests.txt)" bash -c "cd '$repo' && python3 -P -m \
         pytest -q -n 14 -p no:cacheprovider tests > '$out/tests.txt' 2>&1; s=\$?; \
         tail -25 '$out/tests.txt'; exit \$s"
-    [ $(( deadline - SECONDS )) -gt 30 ] && python3 "$repo/benchmarks/models.py" \
-        --save "$out/models" --models resnet50,gpt2_small >> "$log" 2>&1
-    for m in gpt2_small resnet50; do
-        step 40 "$m profile, 4 threads" python3 -m pplpy.tools.pplnn \
-            --onnx-model "$out/models/$m.onnx" --num-threads 4 --enable-profiling \
-            --warmup-iterations 2 --min-profiling-iterations 5
-        step 40 "$m, ORT per op, 4 threads" python3 "$repo/benchmarks/ort_profile.py" \
-            "$out/models/$m.onnx" --threads 4 --runs 5 --nodes 12
-    done
-    rm -rf "$out/models"
 fi
 if [ "$parts" = all ] || [ "$parts" = diag ]; then
     step 60 "core sharing (peak loop on CPU 0 and each other CPU at once)" \
