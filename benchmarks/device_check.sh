@@ -74,9 +74,14 @@ if [ "$parts" = lease ]; then
         "$out/models/gpt2_small.onnx" --threads 1 --runs 3 --nodes 12
     rm -rf "$out/models"
     # last, with what is left: the whole test suite on this machine's tier, from the checkout
-    # with the source tree off sys.path (-P); about 3 minutes on 14 workers (session 20)
-    step 200 "tests, 14 workers (all output: tests.txt)" bash -c "cd '$repo' && python3 -P -m \
-        pytest -q -n 14 -p no:cacheprovider tests > '$out/tests.txt' 2>&1; s=\$?; \
+    # with the source tree off sys.path (-P); about 3 minutes on 14 workers (session 20, when
+    # the run had not exited 70 s after its last test: unbuffered output, a test's stacks
+    # after 60 s, and the python processes left when the run's own limit stops it)
+    left=$(( deadline - SECONDS - 15 )); [ "$left" -lt 5 ] && left=5
+    step 200 "tests, 14 workers (all output: tests.txt)" bash -c "cd '$repo' && \
+        PYTHONUNBUFFERED=1 timeout -k 5 $left python3 -P -m pytest -q -n 14 \
+        -p no:cacheprovider -o faulthandler_timeout=60 tests > '$out/tests.txt' 2>&1; \
+        s=\$?; ps -eo pid,etime,args | grep [p]ython3 | cut -c1-150; \
         tail -25 '$out/tests.txt'; exit \$s"
 fi
 if [ "$parts" = all ] || [ "$parts" = diag ]; then
