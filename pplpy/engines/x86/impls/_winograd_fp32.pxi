@@ -22,10 +22,15 @@
 # (winograd_tiles_per_item); a one-row register tile sums in the others' order, so every T,
 # and every thread count, gives the same bits.  Where there are still fewer tile blocks than
 # threads (ResNet's 14x14 layers have 16 tiles: two blocks), the output channels are split
-# into panel groups as well, so that a 16-thread team has 16 items; the groups of a block
-# then share its V, transformed once by a step of its own before the conv step (each group
-# repeating it cost +34% of the work for 256 channels in eight groups).  Splitting by
-# channels changes no sum: same bits again.
+# into panel groups as well, so that a 16-thread team has 16 items.  The groups of a block
+# then share its V, transformed once by a step of its own before the conv step, where all the
+# blocks' V is small (_SHARED_V_BYTES: each group repeating the transform over 256 channels
+# cost +34% of the work in eight groups); a larger V is transformed again by each group's
+# items in their own scratch, since readers on other cores then fetch it through the shared
+# cache after a barrier (ResNet's 64 and 128 channels at 56 x 56 and 28 x 28, cut for four
+# threads: 1.3-1.4x as slow shared at two threads on the EPYC with cold weights, and on the
+# 16-core Xeon such layers scaled 1.1-1.6x from one thread to four).  Splitting by channels
+# changes no sum: same bits again.
 # Pixels outside the image read as zero, so padding is never materialised; tiles hanging over
 # the bottom or right edge of the output write only their valid pixels.
 #
@@ -57,6 +62,10 @@ cdef enum:
     _PARALLEL_FLOPS = 1 << 20   # direct-equivalent FLOPs below which the step is serial
     # Scratch budget per item (V and M together), in floats: 512 KiB stays in a 1-2 MiB L2.
     _ITEM_FLOATS = 128 * 1024
+    # Panel groups share their blocks' V (a step of its own) only up to this many bytes of V
+    # for all blocks: ResNet's 256 channels at 14 x 14 (590 KB) share, 128 at 28 x 28 cut
+    # into 2-4 blocks (0.9-1 MB) and 64 at 56 x 56 in 7 (1.8 MB) do not.
+    _SHARED_V_BYTES = 768 * 1024
 
 # G of F(4x4, 3x3): U = G g G^T.  (Written as 24ths: Cython folds 1 / 4 as C int division.)
 _G = numpy.array([[6, 0, 0], [-4, -4, -4], [-4, 4, -4], [1, 2, 4], [1, -2, 4], [0, 0, 24]],
@@ -291,19 +300,21 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
                             int pad_top, int pad_left, int post_op, float p0, float p1,
                             int num_threads, *, packed_w, bias=None, size_t b=0, keep=(),
                             Py_ssize_t tiles_per_item=0, post_chain=(),
-                            Py_ssize_t group_panels=0):
+                            Py_ssize_t group_panels=0, share_input=None):
     """The steps computing y = post_op(conv3x3(x, W) + bias), stride 1, dilation 1, group 1,
     x and y in N16CX at addresses x (N, ceil(in_c/16), H, W, 16) and y (N, ceil(out_c/16),
     OH, OW, 16); pads end are implied by OH and OW.  A list: the conv step, preceded by a
     step that transforms every block's input once where the output panels are split into
-    groups (each group's items would otherwise repeat their block's input transform: +34% of
-    work for 256 channels at 14x14 in eight groups, measured at one thread).
+    groups and all blocks' V takes at most _SHARED_V_BYTES (else each group's items repeat
+    their block's input transform).
 
     packed_w from winograd_pack_weight.  Bias: an array of out_c values, or the address b of
     one computed at run time, or neither.  Memory at addresses outlives the step (``keep``).
     tiles_per_item: 0 picks it from the shapes (winograd_tiles_per_item).  group_panels:
     output panels per work item, 0 picks it from the blocks and num_threads
-    (winograd_panel_groups); a test may force any multiple of the panels per channel block."""
+    (winograd_panel_groups); a test may force any multiple of the panels per channel block.
+    share_input: None decides as above; True or False forces sharing V between the groups or
+    not (for tests and benchmarks; no effect with one group)."""
     if min(pad_top, pad_left) < 0 or min(batch, H, W, OH, OW, in_c, out_c) < 1:
         raise ValueError(f"make_winograd_conv_step: bad shapes batch={batch} in_c={in_c} "
                          f"out_c={out_c} H={H} W={W} OH={OH} OW={OW} pads=({pad_top}, "
@@ -341,7 +352,10 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
                                  f"got {bias.shape[0]}")
             bias_pad[:out_c] = bias
     # per thread: the biases, V (unless the groups share it: shared_v below) and M
-    cdef bint share_v = _ceil_div(npanels, group_panels) > 1
+    cdef Py_ssize_t nblocks = _ceil_div(tiles, block)
+    cdef bint share_v = _ceil_div(npanels, group_panels) > 1 and (
+        nblocks * _POS * icb * block * PPL_CB * 4 <= _SHARED_V_BYTES if share_input is None
+        else bool(share_input))
     cdef Py_ssize_t scratch_floats = ocbp * PPL_CB + _POS * ((0 if share_v else icb) + ocbp) * \
         block * PPL_CB
     # Each thread's slices on cache lines of their own (per_thread.py): whole lines.
@@ -392,7 +406,6 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
     c.shared_v = NULL
     if not share_v:
         return [step]
-    cdef Py_ssize_t nblocks = _ceil_div(tiles, block)
     shared = aligned_empty(nblocks * _POS * icb * block * PPL_CB, numpy.float32)
     cdef float[::1] shared_mv = shared
     c.shared_v = &shared_mv[0]
@@ -408,7 +421,7 @@ def make_winograd_conv_step(size_t x, size_t y, Py_ssize_t batch, int in_c, int 
 def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pad_top,
                                int pad_left, int post_op, float p0, float p1, int num_threads,
                                Py_ssize_t tiles_per_item=0, post_chain=(),
-                               Py_ssize_t group_panels=0):
+                               Py_ssize_t group_panels=0, share_input=None):
     """y = post_op(conv3x3(x, w) + bias), stride 1, x and y in N16CX; packed_w from
     winograd_pack_weight.  The test wrapper of make_winograd_conv_step."""
     cdef const float[:, :, :, :, ::1] xv = x
@@ -423,5 +436,6 @@ def winograd_conv2d_n16cx_fp32(x, packed_w, bias, y, int in_c, int out_c, int pa
         <size_t>&xv[0, 0, 0, 0, 0], <size_t>&yv[0, 0, 0, 0, 0], xv.shape[0], in_c, out_c,
         xv.shape[2], xv.shape[3], yv.shape[2], yv.shape[3], pad_top, pad_left, post_op, p0, p1,
         num_threads, packed_w=packed_w, bias=bias, keep=(x, y),
-        tiles_per_item=tiles_per_item, post_chain=post_chain, group_panels=group_panels)
+        tiles_per_item=tiles_per_item, post_chain=post_chain, group_panels=group_panels,
+        share_input=share_input)
     run_steps(step, num_threads)

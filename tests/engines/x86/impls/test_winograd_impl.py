@@ -133,8 +133,9 @@ def _panel_floats(wino):
 
 @pytest.mark.parametrize("threads", [1, 3, 16])
 def test_winograd_panel_groups_give_the_same_bits(wino, threads):
-    """Work items that split the output channels into panel groups (each repeating its
-    block's input transform) compute every sum as one item over all panels does."""
+    """Work items that split the output channels into panel groups (sharing their block's
+    input transform, a step before, or each repeating it) compute every sum as one item over
+    all panels does."""
     rng = np.random.default_rng(threads)
     x = rng.standard_normal((1, 24, 9, 11), dtype=np.float32)
     wt = rng.standard_normal((72, 24, 3, 3), dtype=np.float32)  # 5 blocks, the last partial
@@ -146,11 +147,12 @@ def test_winograd_panel_groups_give_the_same_bits(wino, threads):
     np.testing.assert_allclose(from_n16cx(whole, 72), np.maximum(raw, 0), rtol=1e-4,
                                atol=2e-5 * (np.abs(raw).max() + 1))
     for group in sorted({per_cb, 2 * per_cb, 3 * per_cb, npanels}):
-        y = np.full_like(whole, np.nan)
-        wino.winograd_conv2d_n16cx_fp32(to_n16cx(x), wino.winograd_pack_weight(wt), b, y, 24,
-                                        72, 1, 1, int(PostOp.RELU), 0.0, 0.0, threads, 0, (),
-                                        group)
-        np.testing.assert_array_equal(y, whole)
+        for share in (None, False, True):
+            y = np.full_like(whole, np.nan)
+            wino.winograd_conv2d_n16cx_fp32(to_n16cx(x), wino.winograd_pack_weight(wt), b, y,
+                                            24, 72, 1, 1, int(PostOp.RELU), 0.0, 0.0, threads,
+                                            0, (), group, share_input=share)
+            np.testing.assert_array_equal(y, whole)
 
 
 def test_winograd_panel_groups_follow_the_team(wino):
@@ -183,7 +185,7 @@ def test_winograd_panel_groups_follow_the_team(wino):
 @pytest.mark.parametrize("threads", [1, 2, 16])
 def test_winograd_work_items_match_the_step(wino, threads):
     """winograd_work_items (what choosing an algorithm reads) says what the step does; with
-    panel groups a step before it transforms each block's input once (its items: blocks)."""
+    panel groups a step before it may transform each block's input once (its items: blocks)."""
     for n, ic, oc, hw in [(1, 128, 32, 14), (1, 64, 64, 56), (2, 256, 256, 14), (1, 24, 72, 7)]:
         x = np.zeros((n, -(-ic // 16), hw, hw, 16), np.float32)
         y = np.zeros((n, -(-oc // 16), hw, hw, 16), np.float32)
@@ -195,10 +197,30 @@ def test_winograd_work_items_match_the_step(wino, threads):
         assert items == steps[-1].work_items
         tiles = n * (-(-hw // 4)) ** 2
         blocks = -(-tiles // wino.winograd_tiles_per_item(n, hw, hw, ic, oc, threads))
-        if items > blocks:  # panel groups: the shared input transform first
-            assert len(steps) == 2 and steps[0].work_items == blocks
+        if len(steps) == 2:  # panel groups sharing the input transform, done first
+            assert items > blocks and steps[0].work_items == blocks
         else:
             assert len(steps) == 1
+
+
+@pytest.mark.parametrize("hw, channels, shared", [(14, 256, True), (28, 128, False),
+                                                  (56, 64, False)])
+def test_winograd_groups_share_only_a_small_input_transform(wino, hw, channels, shared):
+    """ResNet's 3x3 stages cut into panel groups for 16 threads: 256 channels at 14 x 14 (2-3
+    blocks, V of 590-660 KB) share V between the groups; 128 at 28 x 28 and 64 at 56 x 56 (V
+    of 0.9 MB and more) have each group transform its block again, in its own scratch
+    (sharing was 1.3-1.4x as slow at two threads on the EPYC, cold weights)."""
+    x = np.zeros((1, channels // 16, hw, hw, 16), np.float32)
+    y = np.zeros_like(x)
+    packed = wino.winograd_pack_weight(np.ones((channels, channels, 3, 3), np.float32))
+    npanels = packed["npanels"]
+    tiles = (-(-hw // 4)) ** 2
+    blocks = -(-tiles // wino.winograd_tiles_per_item(1, hw, hw, channels, channels, 16))
+    assert wino.winograd_panel_groups(blocks, npanels, 16) < npanels  # groups, every tier
+    steps = wino.make_winograd_conv_step(
+        x.__array_interface__["data"][0], y.__array_interface__["data"][0], 1, channels,
+        channels, hw, hw, hw, hw, 1, 1, 0, 0.0, 0.0, 16, packed_w=packed, keep=(x, y))
+    assert len(steps) == (2 if shared else 1)
 
 
 def test_winograd_close_to_direct(wino):
