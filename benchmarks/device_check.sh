@@ -49,6 +49,11 @@ if [ "$parts" = lease ]; then
     step 30 "core sharing" python3 "$repo/benchmarks/core_sharing.py"
     step 40 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" \
         --tiers avx512,fma
+    # session 20's Winograd rule (share V between panel groups only under 768 KiB) on a team
+    for t in 4 16; do
+        step 30 "Winograd panel groups, $t threads" python3 \
+            "$repo/benchmarks/winograd_groups.py" --threads "$t"
+    done
     step 260 "suite, threads $threads" python3 "$repo/benchmarks/run.py" \
         --threads "$threads" --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
     # Session 20's open questions, per node: ResNet-18's Winograd layers scaled 1.1-1.6x
