@@ -300,10 +300,11 @@ def test_sizes_over_the_memory_there_is_are_refused_before_allocating(save_model
     """Where the host overcommits, allocating more than the machine holds succeeds and the
     process is killed when the pages are touched (a test worker died so on the 16-core
     machine's sandbox): pplpy refuses such sizes up front, naming the container's limit."""
-    rt = pplpy.load(save_model(make_model(
+    rt_path = save_model(make_model(
         [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"]),
          helper.make_node("Add", ["a", "b"], ["y"])],
-        [("x", FLOAT, ["N", 4])], [("y", FLOAT, None)])))
+        [("x", FLOAT, ["N", 4])], [("y", FLOAT, None)]))
+    rt = pplpy.load(rt_path)
     wide = np.ones((4, 1 << 17), np.float32)  # 2 MiB, its transpose not contiguous
     with pytest.raises(pplpy.InputError, match=r'input "x": out of memory copying .*2097152 '
                        r"bytes, more than the 1048576 bytes of memory"):
@@ -317,6 +318,10 @@ def test_sizes_over_the_memory_there_is_are_refused_before_allocating(save_model
         rt.run({"x": np.ones((30720, 4), np.float32)})
     x = np.arange(8, dtype=np.float32).reshape(2, 4) - 4
     np.testing.assert_array_equal(rt.run({"x": x.T.copy().T})["y"], np.maximum(x, 0) - x)
+    # every value its own memory: the sum of all of them counts, and the message says so
+    perf = pplpy.load(rt_path, mm_policy="perf")
+    with pytest.raises(pplpy.ShapeError, match=r'values of the run \(mm_policy "perf"'):
+        perf.run({"x": np.ones((30720, 4), np.float32)})
 
 
 def test_bad_load_options_are_pplpy_errors(save_model, tmp_path):

@@ -125,8 +125,10 @@ class ExecutionPlan:
         else:
             offsets, total = plan_memory(buffers)
         if total > limit:
-            raise ShapeError(f"the values live at once would take {total} bytes: more than "
-                             f"{describe_limit()}; check the input shapes")
+            hint = ("the values of the run (mm_policy \"perf\": each its own memory)"
+                    if result.options.mm_policy == "perf" else "the values live at once")
+            raise ShapeError(f"{hint} would take {total} bytes: more than {describe_limit()}; "
+                             f"check the input shapes")
         raw = np.empty(total + ALIGNMENT, np.uint8)
         start = (-raw.__array_interface__["data"][0]) % ALIGNMENT
         self.arena = raw[start:start + total]
