@@ -181,6 +181,8 @@ class ExecutionPlan:
                 self.step_nodes.append(node)
         self.plan = Plan(steps, num_threads, pool)
         self.input_views = {name: views[name] for name in feeds}
+        # the BodyRunners of control-flow steps: their runtimes' memory is this plan's too
+        self.nested = tuple(r for step in steps for r in getattr(step, "nested", ()))
 
     @property
     def plan_bytes(self):

@@ -137,14 +137,20 @@ class Runtime:
 
     def memory(self):
         """Bytes held: ``weights`` (constants and packed weights, shared with the builder's
-        other runtimes), ``arena`` (every cached plan's), ``plan`` (compiled steps)."""
+        other runtimes), ``arena`` (every cached plan's), ``plan`` (compiled steps), with the
+        arenas, steps and plans of the If / Loop / Scan body runtimes those plans made (a
+        body's own constants are not counted)."""
         plans = list(self._plans.values())
-        return {
+        held = {
             "weights": self._result.weight_bytes,
             "arena": sum(p.arena_bytes for p in plans),
             "plan": sum(p.plan_bytes for p in plans),
             "cached_plans": len(plans),
         }
+        for runner in (r for p in plans for r in p.nested):
+            for key, value in runner.memory().items():
+                held[key] += value
+        return held
 
     def tensor_shapes(self):
         """TensorShape of every arena value for the last run's input shapes."""

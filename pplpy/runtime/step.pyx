@@ -91,9 +91,12 @@ cdef class PythonStep(Step):
     cdef object function
     cdef volatile int *error
     cdef public object exception
+    cdef public tuple nested  # what the step runs runtimes in (a control-flow node's
+                              # BodyRunners): Runtime.memory() counts their plans too
 
-    def __init__(self, function, label=""):
+    def __init__(self, function, label="", nested=()):
         self.function = function
+        self.nested = tuple(nested)
         self.fn = _python_step
         self.args = <void *>self      # borrowed: the plan holds the step
         self.parallel = False

@@ -469,3 +469,53 @@ def test_mm_policies_give_the_same_outputs(save_model):
     assert mem.memory_bytes < perf.memory_bytes
     with pytest.raises(pplpy.PplError, match="mm_policy"):
         pplpy.load(path, mm_policy="fast")
+
+
+def test_memory_counts_control_flow_body_runtimes(save_model):
+    """rt.memory() counts the arenas and plans of the If / Loop bodies a run made (a service
+    sizing its processes by it saw only the outer graph's): a Loop whose body doubles a
+    256 x 256 value holds at least that value's 256 KiB in its body's arena, and each branch
+    an If ran adds its plan."""
+    def body_of(op_type):
+        nodes = [helper.make_node(op_type, ["x_in", "x_in"], ["x_out"]),
+                 helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+        return helper.make_graph(
+            nodes, "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [256, 256])],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [256, 256])])
+
+    loop = helper.make_node("Loop", ["m", "", "x"], ["y"], body=body_of("Add"))
+    model = helper.make_model(helper.make_graph(
+        [loop], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])],
+        [numpy_helper.from_array(np.array(3, np.int64), "m")]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    rt = pplpy.load(save_model(model))
+    x = RNG.standard_normal((256, 256)).astype(np.float32)
+    np.testing.assert_allclose(rt.run({"x": x})["y"], x * 8, rtol=1e-6)
+    held = rt.memory()
+    assert held["cached_plans"] == 2  # the outer plan and the body's
+    assert held["arena"] - rt.memory_bytes >= 256 * 256 * 4
+
+    def branch(op_type):
+        return helper.make_graph(
+            [helper.make_node(op_type, ["x", "x"], ["out"])], op_type,
+            [], [helper.make_tensor_value_info("out", TensorProto.FLOAT, [256, 256])])
+
+    if_node = helper.make_node("If", ["c"], ["y"], then_branch=branch("Add"),
+                               else_branch=branch("Mul"))
+    model = helper.make_model(helper.make_graph(
+        [if_node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                         helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    rt = pplpy.load(save_model(model))
+    np.testing.assert_allclose(rt.run({"c": np.array(True), "x": x})["y"], x + x)
+    assert rt.memory()["cached_plans"] == 2
+    np.testing.assert_allclose(rt.run({"c": np.array(False), "x": x})["y"], x * x)
+    # cond is part of the outer plan's signature (a branch may decide shapes): two outer
+    # plans, each with the body it ran
+    assert rt.memory()["cached_plans"] == 4

@@ -273,6 +273,16 @@ class BodyRunner:
         self.where = where
         self._runtimes = OrderedDict()  # the last MAX_BUILDS, least recently used first
 
+    def memory(self):
+        """Arena and plan bytes, and plans, of the body runtimes made so far (their own bodies'
+        included): what Runtime.memory() adds for the control-flow node."""
+        totals = {"arena": 0, "plan": 0, "cached_plans": 0}
+        for runtime in list(self._runtimes.values()):
+            held = runtime.memory()
+            for key in totals:
+                totals[key] += held[key]
+        return totals
+
     def run(self, arrays):
         """The body's outputs (fresh arrays, in output order) for inputs ``arrays``."""
         types = [DataType.from_numpy(a.dtype) for a in arrays]
@@ -308,14 +318,15 @@ def write_outputs(op, slots, arrays):
         np.copyto(slot.array, array)
 
 
-def python_step(kernel, io, run):
+def python_step(kernel, io, run, runners):
     """The PythonStep of a control-flow kernel: ``run(inputs, output slots)`` once per run.
-    Control flow is a Python step by design: it drives nested runtimes (see module doc)."""
+    Control flow is a Python step by design: it drives nested runtimes (see module doc), the
+    ones ``runners`` make (the plan's memory counts theirs)."""
     from pplpy.runtime.step import PythonStep
 
     inputs = [s.array if s is not None else None for s in io.inputs]
     outputs = list(io.outputs)
-    return PythonStep(lambda: run(inputs, outputs), label=kernel.node.name)
+    return PythonStep(lambda: run(inputs, outputs), label=kernel.node.name, nested=runners)
 
 
 def scalar(op, value, what, dtype):

@@ -39,7 +39,7 @@ class IfKernel(X86Kernel):
             taken = runners[0] if scalar(op, inputs[0], "cond", bool) else runners[1]
             write_outputs(op, outputs, taken.run(inputs[1:]))
 
-        return python_step(self, io, run)
+        return python_step(self, io, run, runners)
 
 
 @op("", "If", since=1, param=IfParam)

@@ -79,7 +79,7 @@ class LoopKernel(X86Kernel):
                        for values, slot in zip(scans, outputs[n:])]
             write_outputs(op, outputs, [*carried, *scanned])
 
-        return python_step(self, io, run)
+        return python_step(self, io, run, (runner,))
 
 
 @op("", "Loop", since=1, param=LoopParam)

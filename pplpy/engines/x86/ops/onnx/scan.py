@@ -81,7 +81,7 @@ class ScanKernel(X86Kernel):
         def run(inputs, outputs):
             write_outputs(op, outputs, op.compute(runner, inputs, outputs))
 
-        return python_step(self, io, run)
+        return python_step(self, io, run, (runner,))
 
 
 class ScanBase(X86OptKernel):
