@@ -2,7 +2,9 @@
 between compiled ones, calls from many threads, outputs the caller owns."""
 
 import inspect
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -519,3 +521,48 @@ def test_memory_counts_control_flow_body_runtimes(save_model):
     # cond is part of the outer plan's signature (a branch may decide shapes): two outer
     # plans, each with the body it ran
     assert rt.memory()["cached_plans"] == 4
+
+
+def test_memory_while_another_thread_runs_a_growing_loop(save_model):
+    """rt.memory() from a monitoring thread while the model runs a Loop whose carried value
+    grows (a body runtime per length, the oldest evicted): the body runtimes' table changed
+    under memory()'s copy of it (KeyError, "OrderedDict mutated during iteration")."""
+    one = numpy_helper.from_array(np.ones(1, np.float32), "one")
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["x_in", "one"], ["x_out"], axis=0),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None)], [one])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Loop", ["m", "", "x"], ["y"], body=body)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(40, np.int64), "m")]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    rt = pplpy.load(save_model(model), num_threads=1)
+    assert rt.run({"x": np.zeros(1, np.float32)})["y"].shape == (41,)
+    stop, errors = threading.Event(), []
+
+    def run():
+        while not stop.is_set():
+            assert rt.run({"x": np.zeros(1, np.float32)})["y"].shape == (41,)
+
+    worker = threading.Thread(target=run)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        worker.start()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                assert rt.memory()["cached_plans"] >= 1
+            except Exception as exc:  # noqa: BLE001 - collected, reported below
+                errors.append(exc)
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        worker.join()
+    assert not errors, {f"{type(e).__name__}: {e}" for e in errors}

@@ -272,12 +272,21 @@ class BodyRunner:
         self.body = body
         self.where = where
         self._runtimes = OrderedDict()  # the last MAX_BUILDS, least recently used first
+        # Held while _runtimes changes or is copied: memory() may be called from another
+        # thread than the run's (and its keys' DataType hashing lets threads switch mid-copy).
+        self._lock = threading.Lock()
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self):
+        self._lock = threading.Lock()
 
     def memory(self):
         """Arena and plan bytes, and plans, of the body runtimes made so far (their own bodies'
         included): what Runtime.memory() adds for the control-flow node."""
         totals = {"arena": 0, "plan": 0, "cached_plans": 0}
-        for runtime in list(self._runtimes.values()):
+        with self._lock:
+            runtimes = list(self._runtimes.values())
+        for runtime in runtimes:
             held = runtime.memory()
             for key in totals:
                 totals[key] += held[key]
@@ -287,13 +296,16 @@ class BodyRunner:
         """The body's outputs (fresh arrays, in output order) for inputs ``arrays``."""
         types = [DataType.from_numpy(a.dtype) for a in arrays]
         key = (tuple(types), tuple(a.shape for a in arrays))
-        runtime = self._runtimes.get(key)
-        if runtime is None:
-            runtime = self._runtimes[key] = self.body.runtime(types, [a.shape for a in arrays])
-            while len(self._runtimes) > MAX_BUILDS:
-                self._runtimes.popitem(last=False)
-        else:
-            self._runtimes.move_to_end(key)
+        with self._lock:
+            runtime = self._runtimes.get(key)
+            if runtime is not None:
+                self._runtimes.move_to_end(key)
+        if runtime is None:  # built outside the lock (a build may take long)
+            runtime = self.body.runtime(types, [a.shape for a in arrays])
+            with self._lock:
+                self._runtimes[key] = runtime
+                while len(self._runtimes) > MAX_BUILDS:
+                    self._runtimes.popitem(last=False)
         with naming(self.where):
             outputs = runtime.run(dict(zip(self.body.input_names, arrays)))
         return [outputs[name] for name in self.body.output_names]
@@ -318,7 +330,7 @@ def write_outputs(op, slots, arrays):
         np.copyto(slot.array, array)
 
 
-def python_step(kernel, io, run, runners):
+def python_step(kernel, io, run, runners=()):
     """The PythonStep of a control-flow kernel: ``run(inputs, output slots)`` once per run.
     Control flow is a Python step by design: it drives nested runtimes (see module doc), the
     ones ``runners`` make (the plan's memory counts theirs)."""
