@@ -10,14 +10,12 @@
 # hyper-threads), GPT-2, BERT and ResNet-50 at 4 and 16 threads with fixed shares and with
 # items claimed as steps run, the transformer GEMMs with cold weights (cold_gemm.py); then
 # ("suite") the whole suite against ONNX Runtime.  All of it takes about 13 minutes: where
-# one call's limit would cut the suite, run "diag" and "suite" as two calls.  Pitfalls it
+# one call's limit would cut the suite, run "diag" and "suite" as two calls.
 # "lease" is what fits one call of a 15-minute lease (the start takes one or two of them):
 # build, core sharing, brgemm.py, the suite, per-node profiles for the last lease's open
 # questions, then the full test suite on this machine's tier with the time left; every step
 # stops at $DEADLINE_S seconds after the script began (default 530), so its output always
-# comes back.
-# Pitfalls it
-# avoids, both met on the device: files the tool does not copy (.gitignore'd ones, such as
+# comes back.  Pitfalls it avoids, both met on the device: files the tool does not copy (.gitignore'd ones, such as
 # *.c outside benchmarks/) and a bare `wait` in a script whose output goes through a process
 # substitution (it waits for the tee too, until the call's limit).
 set -u
@@ -49,7 +47,7 @@ if [ "$parts" = lease ]; then
     step 30 "core sharing" python3 "$repo/benchmarks/core_sharing.py"
     step 40 "brgemm.py (one core)" taskset -c "$cpu" python3 "$repo/benchmarks/brgemm.py" \
         --tiers avx512,fma
-    # session 20's Winograd rule (share V between panel groups only under 768 KiB) on a team
+    # session 20's Winograd rule (share V between panel groups only up to 768 KiB) on a team
     for t in 4 16; do
         step 30 "Winograd panel groups, $t threads" python3 \
             "$repo/benchmarks/winograd_groups.py" --threads "$t"
@@ -60,7 +58,7 @@ if [ "$parts" = lease ]; then
     # from one thread to four there (its direct ones 2.2-2.9x): the same layers at 1 and 4
     # threads, and at 4 with every layer direct; GPT-2 took 37 ms more than BERT at one
     # thread there (the same GEMM FLOPs; 3 ms less on the EPYC)
-    [ $(( deadline - SECONDS )) -gt 30 ] && python3 "$repo/benchmarks/models.py" \
+    [ $(( deadline - SECONDS )) -gt 30 ] && timeout 60 python3 "$repo/benchmarks/models.py" \
         --save "$out/models" --models resnet18,gpt2_small,bert_base >> "$log" 2>&1
     for t in 1 4; do
         step 30 "ResNet-18 profile, $t threads" python3 -m pplpy.tools.pplnn \
@@ -82,11 +80,14 @@ if [ "$parts" = lease ]; then
     # with the source tree off sys.path (-P); about 3 minutes on 14 workers (session 20, when
     # the run had not exited 70 s after its last test: unbuffered output, a test's stacks
     # after 60 s, and the python processes left when the run's own limit stops it)
-    left=$(( deadline - SECONDS - 15 )); [ "$left" -lt 5 ] && left=5
+    # the run's own limit ends 15 s before the step's (200 s or what is left), so the
+    # process list and the tail still print
+    left=$(( deadline - SECONDS )); [ "$left" -gt 200 ] && left=200
+    left=$(( left - 15 )); [ "$left" -lt 5 ] && left=5
     step 200 "tests, 14 workers (all output: tests.txt)" bash -c "cd '$repo' && \
         PYTHONUNBUFFERED=1 timeout -k 5 $left python3 -P -m pytest -q -n 14 \
         -p no:cacheprovider -o faulthandler_timeout=60 tests > '$out/tests.txt' 2>&1; \
-        s=\$?; ps -eo pid,etime,args | grep [p]ython3 | cut -c1-150; \
+        s=\$?; ps -eo pid,etime,args | grep '[p]ython3' | cut -c1-150; \
         tail -25 '$out/tests.txt'; exit \$s"
 fi
 if [ "$parts" = all ] || [ "$parts" = diag ]; then

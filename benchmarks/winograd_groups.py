@@ -5,14 +5,15 @@ its own scratch, with the weights cold as in a model.
     python benchmarks/winograd_groups.py [--threads 4] [--cut 4] [--tier avx512] [--runs 40]
 
 For ResNet's 3x3 stages (64 channels at 56 x 56, 128 at 28 x 28, 256 at 14 x 14) the layer
-is cut as a team of --cut threads (default --threads) cuts it (tiles per item and panel groups
-from the kernel's own rules) and run on --threads threads, sharing V and not, each run after 64 MB of other memory
-was written (so the packed weights come from memory, as in a model too large for the cache).
+is cut as a team of --cut threads (default --threads) cuts it (tiles per item and panel
+groups from the kernel's own rules) and run on --threads threads, sharing V and not, each run
+after 64 MB of other memory was written (so the packed weights come from memory, as in a model too large for the cache).
 The kernel shares V only where all blocks' V fits _SHARED_V_BYTES (768 KiB); this prints
 which it picks ("auto") beside both timings, so a lease on another machine says whether that
 threshold holds there.  Session 20 measured, at two threads on the 2-core EPYC with the
-four-thread cut (`--threads 2 --cut 4`): 64 ch 0.77 ms shared / 0.46 not, 128 ch 0.62 /
-0.45, 256 ch 0.47 / 0.56 (a second run: 0.60 / 0.58).
+four-thread cut (`--threads 2 --cut 4`), shared / own ms: quiet, 64 ch 0.48 / 0.44, 128 ch
+0.40 / 0.40, 256 ch 0.48 / 0.51; in a slow spell of that host (the second core contended),
+64 ch 0.77 / 0.53, 128 ch 0.54 / 0.47, 256 ch 0.65 / 0.64.
 """
 
 import argparse
@@ -60,17 +61,20 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--cut", type=int, default=0,
                         help="cut the layers as for this many threads (default: --threads)")
-    parser.add_argument("--tier", default="avx512", choices=["avx512", "fma", "sse"])
+    parser.add_argument("--tier", choices=["avx512", "fma", "sse"],
+                        help="default: the best this CPU runs")
     parser.add_argument("--runs", type=int, default=40)
     args = parser.parse_args(argv)
     cut = args.cut or args.threads
+    from pplpy.common.isa import best_isa
     from pplpy.engines.x86.impls.dispatch import load_variant
 
     print(machine_line())
-    wino = load_variant("winograd_fp32", args.tier)
+    tier = args.tier or best_isa()
+    wino = load_variant("winograd_fp32", tier)
     flush = np.ones(16 << 20, np.float32)
-    print(f"tier {args.tier}, cut for {cut} thread(s), run on {args.threads}, median of {args.runs} runs, weights "
-          f"cold; items: [transform step,] conv step")
+    print(f"tier {tier}, cut for {cut} thread(s), run on {args.threads}, median of "
+          f"{args.runs} runs, weights cold; items: [transform step,] conv step")
     print(f"{'layer':>18}  {'auto ms':>8} {'shared ms':>10} {'own ms':>8}  auto items")
     for channels, hw in STAGES:
         auto, items, y_auto = time_layer(wino, channels, hw, args.threads, cut, None, args.runs,

@@ -287,12 +287,41 @@ def test_a_feed_too_big_to_copy_is_an_input_error(save_model):
 def one_mib_container(tmp_path, monkeypatch):
     """The process as if in a container allowed 1 MiB (a cgroup v2 memory.max file)."""
     from pplpy.runtime import memory_limit
-    limit = tmp_path / "memory.max"
-    limit.write_text("1048576\n")
-    monkeypatch.setattr(memory_limit, "_CGROUP_LIMIT_FILES", (str(limit),))
+    (tmp_path / "memory.max").write_text("1048576\n")
+    monkeypatch.setattr(memory_limit, "_cgroup_dirs", lambda: [(str(tmp_path), True)])
     memory_limit.usable_memory_bytes.cache_clear()
     yield
     memory_limit.usable_memory_bytes.cache_clear()
+
+
+def test_memory_limit_reads_every_cgroup_on_the_way_up(tmp_path, monkeypatch):
+    """The lowest limit of the process's cgroup and those above it counts (a systemd scope's
+    MemoryMax=, a container without a cgroup namespace of its own), swap added where a
+    cgroup allows it; "max" sets none; the machine's RAM and swap cap it all."""
+    from pplpy.runtime import memory_limit
+
+    monkeypatch.setattr(memory_limit, "_CGROUP_ROOT", str(tmp_path))
+    proc = ["12:cpu,cpuacct:/x", "4:memory:/docker/abc", "0::/system.slice/app.scope"]
+    dirs = memory_limit._cgroup_dirs(proc)
+    want = [("", True), ("memory", False), ("memory/docker/abc", False),
+            ("memory/docker", False), ("system.slice/app.scope", True), ("system.slice", True)]
+    assert dirs == [(str(tmp_path / folder) if folder else str(tmp_path), v2)
+                    for folder, v2 in want]
+    for folder, text in [("", "max"), ("system.slice", "max"),
+                         ("system.slice/app.scope", "3000000")]:
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "memory.max").write_text(text + "\n")
+    (tmp_path / "system.slice/app.scope/memory.swap.max").write_text("1000000\n")
+    assert memory_limit._cgroup_limit(dirs) == 4000000
+    (tmp_path / "memory/docker/abc").mkdir(parents=True)
+    (tmp_path / "memory/docker/abc/memory.limit_in_bytes").write_text("2000000\n")
+    assert memory_limit._cgroup_limit(dirs) == 2000000
+    (tmp_path / "memory/docker/abc/memory.memsw.limit_in_bytes").write_text("2500000\n")
+    assert memory_limit._cgroup_limit(dirs) == 2500000
+    assert memory_limit._cgroup_limit([(str(tmp_path), True)]) is None  # "max" only
+    # sysconf answering -1 (not known) is no limit, not a limit of one byte
+    monkeypatch.setattr(os, "sysconf", lambda name: -1)
+    assert memory_limit._machine_memory() is None
 
 
 def test_sizes_over_the_memory_there_is_are_refused_before_allocating(save_model,

@@ -7,6 +7,10 @@ the run first touches pages it cannot have.  A buffer larger than all of the mem
 be filled, so it is refused up front with a pplpy error, the same on every host.  Buffers
 under the limit can still fail to allocate (other processes hold memory); numpy's
 MemoryError is turned into a pplpy error where that happens.
+
+The memory is the machine's RAM and swap, or the lowest cgroup limit on the process's way up
+its cgroup tree (memory plus swap where the cgroup says), whichever is less.  Worked out once
+per process: a limit changed later (``docker update``) is not seen.
 """
 
 import functools
@@ -15,35 +19,88 @@ import os
 # No buffer above this however large the machine: a value this big is a shape error.
 HARD_LIMIT_BYTES = 1 << 40
 
-# cgroup v2, then v1: the memory the container may use ("max": no limit of its own)
-_CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max",
-                       "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+_CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def _cgroup_limit():
-    for path in _CGROUP_LIMIT_FILES:
-        try:
-            with open(path, encoding="ascii") as f:
-                text = f.read().strip()
-        except (OSError, ValueError):
-            continue
-        if text.isdigit():
-            return int(text)
-    return None
-
-
-def _physical_memory():
+def _read_number(path):
+    """The whole number a cgroup or proc file holds, or None ("max", missing, unreadable)."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+    except (OSError, ValueError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_dirs(lines=None):
+    """(cgroup v2 or v1 memory folder, v2?) for the process's cgroup and each one above it,
+    from /proc/self/cgroup (or its ``lines``); the namespace root's folders too (a
+    container's own limit)."""
+    found = [(_CGROUP_ROOT, True), (os.path.join(_CGROUP_ROOT, "memory"), False)]
+    if lines is None:
+        try:
+            with open("/proc/self/cgroup", encoding="ascii") as f:
+                lines = f.read().splitlines()
+        except (OSError, ValueError):
+            return found
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[2].startswith("/"):
+            continue
+        v2 = parts[0] == "0" and parts[1] == ""
+        if not v2 and "memory" not in parts[1].split(","):
+            continue
+        base = _CGROUP_ROOT if v2 else os.path.join(_CGROUP_ROOT, "memory")
+        path = parts[2].rstrip("/")
+        while path:
+            found.append((base + path, v2))
+            path = path.rsplit("/", 1)[0]
+    return found
+
+
+def _cgroup_limit(dirs=None):
+    """The lowest memory limit of the cgroups the process is in (or of ``dirs``), swap
+    included where a cgroup sets one; None where none is set."""
+    limits = []
+    for folder, v2 in _cgroup_dirs() if dirs is None else dirs:
+        if v2:
+            memory = _read_number(os.path.join(folder, "memory.max"))
+            swap = _read_number(os.path.join(folder, "memory.swap.max"))
+            if memory is not None:
+                limits.append(memory + (swap or 0))
+        else:
+            both = _read_number(os.path.join(folder, "memory.memsw.limit_in_bytes"))
+            memory = _read_number(os.path.join(folder, "memory.limit_in_bytes"))
+            if both is not None or memory is not None:
+                limits.append(both if both is not None else memory)
+    limits = [n for n in limits if n > 0]
+    return min(limits) if limits else None
+
+
+def _machine_memory():
+    """RAM and swap in bytes, or None where the system does not say."""
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # not POSIX, or not reported
         return None
+    if pages <= 0 or page <= 0:
+        return None
+    swap = 0
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    swap = int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return pages * page + swap
 
 
 @functools.lru_cache(maxsize=None)
 def usable_memory_bytes():
-    """The most bytes one buffer may take: the machine's memory, the container's limit if
+    """The most bytes one buffer may take: the machine's memory, the cgroups' limit if
     lower, and never more than HARD_LIMIT_BYTES (worked out once a process)."""
-    known = [n for n in (_physical_memory(), _cgroup_limit()) if n and n > 0]
+    known = [n for n in (_machine_memory(), _cgroup_limit()) if n and n > 0]
     return min(known + [HARD_LIMIT_BYTES])
 
 

@@ -206,10 +206,10 @@ def test_winograd_work_items_match_the_step(wino, threads):
 @pytest.mark.parametrize("hw, channels, shared", [(14, 256, True), (28, 128, False),
                                                   (56, 64, False)])
 def test_winograd_groups_share_only_a_small_input_transform(wino, hw, channels, shared):
-    """ResNet's 3x3 stages cut into panel groups for 16 threads: 256 channels at 14 x 14 (2-3
-    blocks, V of 590-660 KB) share V between the groups; 128 at 28 x 28 and 64 at 56 x 56 (V
-    of 0.9 MB and more) have each group transform its block again, in its own scratch
-    (sharing was 1.3-1.4x as slow at two threads on the EPYC, cold weights)."""
+    """ResNet's 3x3 stages cut into panel groups for 16 threads: 256 channels at 14 x 14 (V of
+    0.6 MB) share V between the groups; 128 at 28 x 28 and 64 at 56 x 56 (0.9 and 1.8 MB)
+    have each group transform its block again, in its own scratch (benchmarks.md, session
+    20: sharing a large V was up to 45% slower on the EPYC when its other core was busy)."""
     x = np.zeros((1, channels // 16, hw, hw, 16), np.float32)
     y = np.zeros_like(x)
     packed = wino.winograd_pack_weight(np.ones((channels, channels, 3, 3), np.float32))
