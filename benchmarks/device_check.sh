@@ -58,7 +58,7 @@ if [ "$parts" = lease ]; then
     # from one thread to four there (its direct ones 2.2-2.9x): the same layers at 1 and 4
     # threads, and at 4 with every layer direct; GPT-2 took 37 ms more than BERT at one
     # thread there (the same GEMM FLOPs; 3 ms less on the EPYC)
-    [ $(( deadline - SECONDS )) -gt 30 ] && timeout 60 python3 "$repo/benchmarks/models.py" \
+    [ $(( deadline - SECONDS )) -gt 75 ] && timeout 60 python3 "$repo/benchmarks/models.py" \
         --save "$out/models" --models resnet18,gpt2_small,bert_base >> "$log" 2>&1
     for t in 1 4; do
         step 30 "ResNet-18 profile, $t threads" python3 -m pplpy.tools.pplnn \

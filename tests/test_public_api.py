@@ -307,18 +307,30 @@ def test_memory_limit_reads_every_cgroup_on_the_way_up(tmp_path, monkeypatch):
             ("memory/docker", False), ("system.slice/app.scope", True), ("system.slice", True)]
     assert dirs == [(str(tmp_path / folder) if folder else str(tmp_path), v2)
                     for folder, v2 in want]
+
+    def want_root(root):
+        return [(str(root), True), (str(root / "memory"), False)]
     for folder, text in [("", "max"), ("system.slice", "max"),
                          ("system.slice/app.scope", "3000000")]:
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / folder / "memory.max").write_text(text + "\n")
-    (tmp_path / "system.slice/app.scope/memory.swap.max").write_text("1000000\n")
-    assert memory_limit._cgroup_limit(dirs) == 4000000
+    swap = 500000  # the machine's
+    # no swap limit of its own: it may use all of the machine's
+    assert memory_limit._cgroup_limit(dirs, swap) == 3500000
+    (tmp_path / "system.slice/app.scope/memory.swap.max").write_text("max\n")
+    assert memory_limit._cgroup_limit(dirs, swap) == 3500000
+    (tmp_path / "system.slice/app.scope/memory.swap.max").write_text("100000\n")
+    assert memory_limit._cgroup_limit(dirs, swap) == 3100000
     (tmp_path / "memory/docker/abc").mkdir(parents=True)
     (tmp_path / "memory/docker/abc/memory.limit_in_bytes").write_text("2000000\n")
-    assert memory_limit._cgroup_limit(dirs) == 2000000
-    (tmp_path / "memory/docker/abc/memory.memsw.limit_in_bytes").write_text("2500000\n")
-    assert memory_limit._cgroup_limit(dirs) == 2500000
-    assert memory_limit._cgroup_limit([(str(tmp_path), True)]) is None  # "max" only
+    assert memory_limit._cgroup_limit(dirs, swap) == 2500000
+    (tmp_path / "memory/docker/abc/memory.memsw.limit_in_bytes").write_text("2200000\n")
+    assert memory_limit._cgroup_limit(dirs, swap) == 2200000
+    assert memory_limit._cgroup_limit([(str(tmp_path), True)], swap) is None  # "max" only
+    (tmp_path / "memory.max").write_text("9" * 5000)  # past int()'s digit limit: no limit
+    assert memory_limit._cgroup_limit([(str(tmp_path), True)], swap) > 1 << 60
+    # a path outside the namespace's root names no folder here
+    assert memory_limit._cgroup_dirs(["0::/../other"]) == want_root(tmp_path)
     # sysconf answering -1 (not known) is no limit, not a limit of one byte
     monkeypatch.setattr(os, "sysconf", lambda name: -1)
     assert memory_limit._machine_memory() is None

@@ -9,7 +9,7 @@ under the limit can still fail to allocate (other processes hold memory); numpy'
 MemoryError is turned into a pplpy error where that happens.
 
 The memory is the machine's RAM and swap, or the lowest cgroup limit on the process's way up
-its cgroup tree (memory plus swap where the cgroup says), whichever is less.  Worked out once
+its cgroup tree (its memory limit plus the swap it may use), whichever is less.  Worked out once
 per process: a limit changed later (``docker update``) is not seen.
 """
 
@@ -22,14 +22,21 @@ HARD_LIMIT_BYTES = 1 << 40
 _CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def _read_number(path):
-    """The whole number a cgroup or proc file holds, or None ("max", missing, unreadable)."""
+def _read_text(path):
+    """A cgroup or proc file's text, stripped; None where missing or unreadable."""
     try:
         with open(path, encoding="ascii") as f:
-            text = f.read().strip()
+            return f.read().strip()
     except (OSError, ValueError):
         return None
-    return int(text) if text.isdigit() else None
+
+
+def _as_number(text):
+    """The whole number ``text`` holds, or None ("max", empty, not a number); numbers past
+    any memory size (v1's "unlimited" is 2^63 - 4096) are capped, not parsed digit by digit."""
+    if text is None or not text.isdigit():
+        return None
+    return int(text) if len(text) <= 20 else 1 << 64
 
 
 def _cgroup_dirs(lines=None):
@@ -50,6 +57,8 @@ def _cgroup_dirs(lines=None):
         v2 = parts[0] == "0" and parts[1] == ""
         if not v2 and "memory" not in parts[1].split(","):
             continue
+        if parts[2].startswith("/.."):  # outside this namespace's root: not under /sys
+            continue
         base = _CGROUP_ROOT if v2 else os.path.join(_CGROUP_ROOT, "memory")
         path = parts[2].rstrip("/")
         while path:
@@ -58,23 +67,39 @@ def _cgroup_dirs(lines=None):
     return found
 
 
-def _cgroup_limit(dirs=None):
-    """The lowest memory limit of the cgroups the process is in (or of ``dirs``), swap
-    included where a cgroup sets one; None where none is set."""
+def _cgroup_limit(dirs=None, machine_swap=None):
+    """The lowest memory limit of the cgroups the process is in (or of ``dirs``), with the
+    swap each may use (its own swap limit, else all of the machine's ``machine_swap``); None
+    where none is set."""
+    if machine_swap is None:
+        machine_swap = _machine_swap()
     limits = []
     for folder, v2 in _cgroup_dirs() if dirs is None else dirs:
         if v2:
-            memory = _read_number(os.path.join(folder, "memory.max"))
-            swap = _read_number(os.path.join(folder, "memory.swap.max"))
+            memory = _as_number(_read_text(os.path.join(folder, "memory.max")))
+            swap = _as_number(_read_text(os.path.join(folder, "memory.swap.max")))
             if memory is not None:
-                limits.append(memory + (swap or 0))
+                limits.append(memory + (machine_swap if swap is None else swap))
         else:
-            both = _read_number(os.path.join(folder, "memory.memsw.limit_in_bytes"))
-            memory = _read_number(os.path.join(folder, "memory.limit_in_bytes"))
-            if both is not None or memory is not None:
-                limits.append(both if both is not None else memory)
+            both = _as_number(_read_text(os.path.join(folder, "memory.memsw.limit_in_bytes")))
+            memory = _as_number(_read_text(os.path.join(folder, "memory.limit_in_bytes")))
+            if both is not None:
+                limits.append(both)
+            elif memory is not None:
+                limits.append(memory + machine_swap)
     limits = [n for n in limits if n > 0]
     return min(limits) if limits else None
+
+
+def _machine_swap():
+    """Bytes of swap (/proc/meminfo's SwapTotal), 0 where not said."""
+    text = _read_text("/proc/meminfo") or ""
+    for line in text.splitlines():
+        if line.startswith("SwapTotal:"):
+            fields = line.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                return int(fields[1]) * 1024  # kB
+    return 0
 
 
 def _machine_memory():
@@ -85,15 +110,7 @@ def _machine_memory():
         return None
     if pages <= 0 or page <= 0:
         return None
-    swap = 0
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("SwapTotal:"):
-                    swap = int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return pages * page + swap
+    return pages * page + _machine_swap()
 
 
 @functools.lru_cache(maxsize=None)

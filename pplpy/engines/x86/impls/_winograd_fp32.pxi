@@ -27,9 +27,9 @@
 # blocks' V is at most _SHARED_V_BYTES (each group repeating the transform over 256 channels
 # cost +34% of the work in eight groups); a larger V is transformed again by each group's
 # items in their own scratch, since readers on other cores fetch it through the shared cache
-# after a barrier (64 channels at 56 x 56 cut for 4 or 16 threads, V 1.8 MB: 8-10% slower
-# shared at two threads on a quiet EPYC with cold weights, 45% in a spell when the other core
-# was contended; on the 16-core Xeon the 64- and 128-channel layers with shared V scaled
+# after a barrier (64 channels at 56 x 56 cut for 4 or 16 threads, V 1.8 MB: shared took
+# 9-11% longer at two threads on a quiet EPYC with cold weights, 45% longer in a spell when
+# the other core was busy; on the 16-core Xeon the 64- and 128-channel layers with shared V scaled
 # 1.1-1.6x from one thread to four).  Splitting by channels changes no sum: same bits again.
 # Pixels outside the image read as zero, so padding is never materialised; tiles hanging over
 # the bottom or right edge of the output write only their valid pixels.
@@ -63,9 +63,10 @@ cdef enum:
     # Scratch budget per item (V and M together), in floats: 512 KiB stays in a 1-2 MiB L2.
     _ITEM_FLOATS = 128 * 1024
     # Panel groups share their blocks' V (a step of its own) only up to this many bytes of V
-    # for all blocks: ResNet's 256 channels at 14 x 14 (0.6 MB) share; 128 at 28 x 28 (0.9-1
-    # MB: within 10% either way on a quiet EPYC, 14% slower shared in a contended spell, and
-    # slow to scale on the Xeon) and 64 at 56 x 56 (1.8 MB) do not.
+    # for all blocks: ResNet's 256 channels at 14 x 14 (0.59-0.66 MB) share; 128 at 28 x 28
+    # (0.9-1 MB: on a quiet EPYC shared took the same time cut for 4 threads and 9% less cut
+    # for 16, 15-16% longer in a spell with the other core busy; slow to scale on the Xeon)
+    # and 64 at 56 x 56 (1.8 MB) do not.
     _SHARED_V_BYTES = 768 * 1024
 
 # G of F(4x4, 3x3): U = G g G^T.  (Written as 24ths: Cython folds 1 / 4 as C int division.)

@@ -207,9 +207,10 @@ def test_winograd_work_items_match_the_step(wino, threads):
                                                   (56, 64, False)])
 def test_winograd_groups_share_only_a_small_input_transform(wino, hw, channels, shared):
     """ResNet's 3x3 stages cut into panel groups for 16 threads: 256 channels at 14 x 14 (V of
-    0.6 MB) share V between the groups; 128 at 28 x 28 and 64 at 56 x 56 (0.9 and 1.8 MB)
+    0.59-0.66 MB) share V between the groups; 128 at 28 x 28 and 64 at 56 x 56 (0.9 and 1.8 MB)
     have each group transform its block again, in its own scratch (benchmarks.md, session
-    20: sharing a large V was up to 45% slower on the EPYC when its other core was busy)."""
+    20: with a large V shared, a layer took up to 45% longer on the EPYC when its other core
+    was busy)."""
     x = np.zeros((1, channels // 16, hw, hw, 16), np.float32)
     y = np.zeros_like(x)
     packed = wino.winograd_pack_weight(np.ones((channels, channels, 3, 3), np.float32))
