@@ -473,28 +473,30 @@ def test_mm_policies_give_the_same_outputs(save_model):
         pplpy.load(path, mm_policy="fast")
 
 
+def _loop_model(body_node, x_dims, trips, body_inits=()):
+    """Loop(trips, "", x) -> y whose body is ``body_node`` from x_in to x_out (its cond passes
+    through); the graph's x has ``x_dims``, the body's values declare no shape."""
+    body = helper.make_graph(
+        [body_node, helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None)], list(body_inits))
+    return helper.make_model(helper.make_graph(
+        [helper.make_node("Loop", ["m", "", "x"], ["y"], body=body)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(trips, np.int64), "m")]),
+        opset_imports=[helper.make_opsetid("", 13)])
+
+
 def test_memory_counts_control_flow_body_runtimes(save_model):
     """rt.memory() counts the arenas and plans of the If / Loop bodies a run made (a service
     sizing its processes by it saw only the outer graph's): a Loop whose body doubles a
     256 x 256 value holds at least that value's 256 KiB in its body's arena, and each branch
     an If ran adds its plan."""
-    def body_of(op_type):
-        nodes = [helper.make_node(op_type, ["x_in", "x_in"], ["x_out"]),
-                 helper.make_node("Identity", ["cond_in"], ["cond_out"])]
-        return helper.make_graph(
-            nodes, "body",
-            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-             helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [256, 256])],
-            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-             helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [256, 256])])
-
-    loop = helper.make_node("Loop", ["m", "", "x"], ["y"], body=body_of("Add"))
-    model = helper.make_model(helper.make_graph(
-        [loop], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])],
-        [numpy_helper.from_array(np.array(3, np.int64), "m")]),
-        opset_imports=[helper.make_opsetid("", 13)])
+    model = _loop_model(helper.make_node("Add", ["x_in", "x_in"], ["x_out"]), [256, 256], 3)
     rt = pplpy.load(save_model(model))
     x = RNG.standard_normal((256, 256)).astype(np.float32)
     np.testing.assert_allclose(rt.run({"x": x})["y"], x * 8, rtol=1e-6)
@@ -527,21 +529,8 @@ def test_memory_while_another_thread_runs_a_growing_loop(save_model):
     """rt.memory() from a monitoring thread while the model runs a Loop whose carried value
     grows (a body runtime per length, the oldest evicted): the body runtimes' table changed
     under memory()'s copy of it (KeyError, "OrderedDict mutated during iteration")."""
-    one = numpy_helper.from_array(np.ones(1, np.float32), "one")
-    body = helper.make_graph(
-        [helper.make_node("Concat", ["x_in", "one"], ["x_out"], axis=0),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, None)], [one])
-    model = helper.make_model(helper.make_graph(
-        [helper.make_node("Loop", ["m", "", "x"], ["y"], body=body)], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.array(40, np.int64), "m")]),
-        opset_imports=[helper.make_opsetid("", 13)])
+    model = _loop_model(helper.make_node("Concat", ["x_in", "one"], ["x_out"], axis=0), [1],
+                        40, [numpy_helper.from_array(np.ones(1, np.float32), "one")])
     rt = pplpy.load(save_model(model), num_threads=1)
     assert rt.run({"x": np.zeros(1, np.float32)})["y"].shape == (41,)
     stop, errors = threading.Event(), []
