@@ -555,3 +555,29 @@ def test_memory_while_another_thread_runs_a_growing_loop(save_model):
         stop.set()
         worker.join()
     assert not errors, {f"{type(e).__name__}: {e}" for e in errors}
+
+
+def test_a_value_deciding_feed_is_not_copied_into_the_plan_cache_key(save_model):
+    """NonZero's input decides its output shape, so its value is part of the plan signature.
+    The signature held a bytes copy of the whole feed for as long as the plan stayed cached
+    (and building it could fail with a bare MemoryError): now a digest.  What the runtime
+    holds after the run is its arena (which has the feed's copy), not a second copy."""
+    import tracemalloc
+
+    rt = pplpy.load(save_model(helper.make_model(helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)]),
+        opset_imports=[helper.make_opsetid("", 13)])))
+    x = np.zeros(1 << 22, np.float32)  # 16 MiB
+    x[[5, 77]] = 1
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        np.testing.assert_array_equal(rt.run({"x": x})["y"], [[5, 77]])
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < rt.memory()["arena"] + x.nbytes // 2
+    x[9] = 1  # another value: another plan, and the right answer
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], [[5, 9, 77]])
