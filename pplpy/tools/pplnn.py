@@ -17,9 +17,10 @@ element type, no header.  Outputs are written as ``pplnn_output-<name>.dat`` (in
 ``[A-Za-z0-9._-]`` replaced by ``_``.
 
 Exit status: 0 on success; 2 for anything a user can cause (a pplpy error, a bad option, a
-missing or wrong-sized file), reported as one line ``pplnn: error: ...`` on stderr; 1 for an
-internal error (a bug in pplpy: ``pplnn: internal error: ...``), whose traceback ``--debug``
-prints (``--debug`` prints the traceback of any error).
+missing or wrong-sized file, pplnn's own inputs not fitting in memory), reported as one line
+``pplnn: error: ...`` on stderr; 1 for an internal error (a bug in pplpy: ``pplnn: internal
+error: ...``), whose traceback ``--debug`` prints (``--debug`` prints the traceback of any
+error).
 
     pplnn --list-ops                       # every op, its opsets and who provides it
     pplnn --profile-trace trace.json ...   # Chrome trace of the timed runs (Perfetto)
@@ -679,6 +680,13 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError as exc:  # pplnn's own arrays (random or file inputs), not a bug
+        sys.stdout.flush()
+        if debug:
+            traceback.print_exc()
+        print(f"{PROG}: error: out of memory ({type(exc).__name__}{': ' if str(exc) else ''}"
+              f"{_one_line(exc)}); reduce --in-shapes or free memory", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader of our output went away (pplnn ... | head): stop quietly, and point
         # stdout at /dev/null so the interpreter's final flush does not fail again.

@@ -112,6 +112,22 @@ def test_in_shapes_fix_the_free_dims(capsys, small_model):
     assert "threads: 2" in out
 
 
+def test_out_of_memory_making_inputs_is_an_error_not_a_bug(capsys, small_model, monkeypatch):
+    """pplnn's own arrays (random inputs of a large --in-shapes are made in float64) running
+    out of memory said "internal error ... please report it": it is the user's shape."""
+    import pplpy.tools.pplnn as pplnn
+
+    def no_memory(rt, seed):
+        raise MemoryError("Unable to allocate 128. GiB for an array")
+
+    monkeypatch.setattr(pplnn, "random_inputs", no_memory)
+    status, out, err = run_cli(capsys, "--onnx-model", small_model, "--in-shapes",
+                               "4_3_4,2_5")
+    assert status == 2
+    assert err.startswith("pplnn: error: out of memory (MemoryError: Unable to allocate 128.")
+    assert "reduce --in-shapes" in err and "internal" not in err
+
+
 def test_inputs_from_files_and_saved_outputs_match_pplpy_load(capsys, small_model, tmp_path):
     rng = np.random.default_rng(7)
     feeds = {"a": rng.standard_normal((4, 3, 4)).astype(np.float32),
