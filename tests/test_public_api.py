@@ -561,3 +561,18 @@ def test_external_data_rewritten_while_the_model_loads_is_seen(tmp_path):
     np.testing.assert_array_equal(rt.run({"x": x})["y"], np.full(4, 3))
     with pytest.raises(pplpy.ModelError, match="or its external data was changed"):
         rt.run({"x": x, "w": np.full(4, 2, np.float32)})
+
+
+def test_external_data_too_big_for_memory_says_so(tmp_path, monkeypatch):
+    """Reading external data that does not fit raised ModelError "cannot read its external
+    data: " and nothing after it (a MemoryError's text is empty)."""
+    from pplpy.models.onnx import model_parser
+
+    path = _save_with_external_weights(tmp_path, bias=1)
+
+    def no_memory(model, base):
+        raise MemoryError()
+
+    monkeypatch.setattr(model_parser, "load_external_data_for_model", no_memory)
+    with pytest.raises(pplpy.ModelError, match="cannot read its external data: out of memory"):
+        pplpy.load(str(path))

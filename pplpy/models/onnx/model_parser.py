@@ -65,6 +65,9 @@ def load_model_proto(path, files=None):
         files.extend((name, file_identity(name)) for name in external)
     try:
         load_external_data_for_model(model, base)
+    except MemoryError as exc:  # str(MemoryError()) is empty
+        raise ModelError(f"{path!r}: cannot read its external data: out of memory (the "
+                         f"weights must fit in memory, with room to pack them)") from exc
     except Exception as exc:  # noqa: BLE001 - OSError, ValueError, onnx's checker errors
         raise ModelError(f"{path!r}: cannot read its external data: {exc}") from exc
     return model
