@@ -15,8 +15,6 @@ else: a Python built-in exception from inside is wrapped (see ``guard``), the or
 as ``__cause__``.
 """
 
-import contextlib
-
 
 class PplError(Exception):
     """Base class of every pplpy error."""
@@ -116,13 +114,27 @@ def wrap_exception(exc, memory_error=None, where="pplpy"):
                          f"the traceback)")
 
 
-@contextlib.contextmanager
-def guard(where, memory_error=None):
-    """Let PplErrors through; turn any other Exception into a PplError (see
-    ``wrap_exception``).  KeyboardInterrupt and SystemExit pass untouched."""
-    try:
-        yield
-    except PplError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the point of this guard
-        raise wrap_exception(exc, memory_error, where) from exc
+class guard:
+    """``with guard(where, memory_error):`` lets PplErrors through and turns any other
+    Exception into a PplError (see ``wrap_exception``); KeyboardInterrupt and SystemExit pass
+    untouched.  A class, not a generator context manager: the generator's frame kept the
+    wrapped exception while raising the new one, a reference cycle through the traceback
+    that held the failed run's frames (its feeds, up to gigabytes) until the garbage
+    collector ran."""
+
+    __slots__ = ("where", "memory_error")
+
+    def __init__(self, where, memory_error=None):
+        self.where = where
+        self.memory_error = memory_error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None or isinstance(exc, PplError) or not isinstance(exc, Exception):
+            return False
+        try:
+            raise wrap_exception(exc, self.memory_error, self.where) from exc
+        finally:
+            exc = tb = None  # this frame, in the new error's traceback, holds neither

@@ -576,3 +576,33 @@ def test_external_data_too_big_for_memory_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(model_parser, "load_external_data_for_model", no_memory)
     with pytest.raises(pplpy.ModelError, match="cannot read its external data: out of memory"):
         pplpy.load(str(path))
+
+
+def test_a_failed_run_lets_go_of_its_feeds_at_once(save_model, monkeypatch):
+    """An out-of-memory run raised an InputError whose traceback, through a reference cycle
+    in the error guard, held the run's frames and so its feeds (a 1 GB feed stayed until the
+    garbage collector ran, and the caller's next allocation failed)."""
+    import gc
+    import weakref
+
+    from pplpy.runtime import runtime as runtime_module
+
+    class Feed(np.ndarray):
+        pass
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 1.00 GiB")
+
+    rt = pplpy.load(save_model(make_model([helper.make_node("Relu", ["x"], ["y"])],
+                                          [("x", FLOAT, ["N", 4])], [("y", FLOAT, None)])))
+    monkeypatch.setattr(runtime_module, "ExecutionPlan", no_memory)
+    feed = np.ones((8, 4), np.float32).view(Feed)
+    alive = weakref.ref(feed)
+    gc.disable()
+    try:
+        with pytest.raises(pplpy.InputError, match="out of memory"):
+            rt.run({"x": feed})
+        del feed
+        assert alive() is None
+    finally:
+        gc.enable()
