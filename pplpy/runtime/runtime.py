@@ -179,19 +179,23 @@ class Runtime:
             signature = tuple(a.shape for a in arrays.values()) + tuple(
                 _value_digest(arrays[name]) for name in self._value_feeds)
             plan = self._plans.get(signature)
-            if plan is None:
+            cached = plan is not None
+            if cached:
+                self._plans.move_to_end(signature)
+            else:
                 plan = ExecutionPlan(self._result, arrays, self._value_feeds, self.num_threads,
                                      self._pool)
                 self.plan_misses += 1
-                self._plans[signature] = plan
-                while len(self._plans) > self.plan_cache_size:
-                    self._plans.popitem(last=False)
-            else:
-                self._plans.move_to_end(signature)
-            self._last = plan
             if self.profiler.enabled:
                 self.profiler.begin_run(plan, self._result.kernels)
             outputs = plan.run(arrays, self.profiler)
+            # A new plan is cached once it has run: one whose first run failed (out of memory
+            # copying the outputs, say) neither holds its arena nor evicts a good plan.
+            if not cached:
+                self._plans[signature] = plan
+                while len(self._plans) > self.plan_cache_size:
+                    self._plans.popitem(last=False)
+            self._last = plan
         if wanted is not None:
             return {name: outputs[name] for name in wanted}
         return outputs

@@ -581,3 +581,29 @@ def test_a_value_deciding_feed_is_not_copied_into_the_plan_cache_key(save_model)
     assert held < rt.memory()["arena"] + x.nbytes // 2
     x[9] = 1  # another value: another plan, and the right answer
     np.testing.assert_array_equal(rt.run({"x": x})["y"], [[5, 9, 77]])
+
+
+def test_a_plan_whose_first_run_fails_is_not_cached(save_model, monkeypatch):
+    """A new plan entered the cache before it ran: one whose run ran out of memory (copying
+    its outputs, say) kept its arena for good and had evicted a plan that worked."""
+    from pplpy.runtime.plan import ExecutionPlan
+
+    rt = pplpy.load(save_model(cnn()), plan_cache_size=1)
+    small = RNG.standard_normal((1, 3, 10, 10)).astype(np.float32)
+    big = RNG.standard_normal((6, 3, 10, 10)).astype(np.float32)
+    want = rt.run({"x": small})["y"]
+    arena = rt.memory()["arena"]
+    real_run = ExecutionPlan.run
+
+    def no_memory(self, feeds, profiler=None):
+        raise MemoryError("Unable to allocate the outputs")
+
+    monkeypatch.setattr(ExecutionPlan, "run", no_memory)
+    with pytest.raises(pplpy.InputError, match="out of memory"):
+        rt.run({"x": big})
+    assert rt.memory()["cached_plans"] == 1 and rt.memory()["arena"] == arena
+    monkeypatch.setattr(ExecutionPlan, "run", real_run)
+    np.testing.assert_array_equal(rt.run({"x": small})["y"], want)
+    assert rt.plan_misses == 2  # the small plan was still cached
+    assert rt.run({"x": big})["y"].shape[0] == 6
+    assert rt.plan_misses == 3
