@@ -15,14 +15,18 @@
 # build, core sharing, brgemm.py, the suite, per-node profiles for the last lease's open
 # questions, then the full test suite on this machine's tier with the time left; every step
 # stops at $DEADLINE_S seconds after the script began (default 530), so its output always
-# comes back.  Pitfalls it avoids, both met on the device: files the tool does not copy (.gitignore'd ones, such as
-# *.c outside benchmarks/) and a bare `wait` in a script whose output goes through a process
-# substitution (it waits for the tee too, until the call's limit).
+# comes back.  Pitfalls it avoids, both met on the device: files the tool does not copy
+# (.gitignore'd ones, such as *.c outside benchmarks/) and a bare `wait` in a script whose
+# output goes through a process substitution (it waits for the tee too, until the call's
+# limit).
 set -u
 out="${OUT:-$(mktemp -d)}"
 threads="${1:-1,4,16}"
 parts="${2:-all}"
-case "$parts" in all|diag|suite|lease) ;; *) echo "parts: all, diag, suite or lease, not $parts"; exit 2;; esac
+case "$parts" in
+    all|diag|suite|lease) ;;
+    *) echo "parts: all, diag, suite or lease, not $parts"; exit 2;;
+esac
 deadline=$(( SECONDS + ${DEADLINE_S:-$([ "$parts" = lease ] && echo 530 || echo 100000)} ))
 cpu="${CPU:-2}"   # the core of the one-core measurements
 repo="$(cd "$(dirname "$0")/.." && pwd)"

@@ -7,7 +7,8 @@ its own scratch, with the weights cold as in a model.
 For ResNet's 3x3 stages (64 channels at 56 x 56, 128 at 28 x 28, 256 at 14 x 14) the layer
 is cut as a team of --cut threads (default --threads) cuts it (tiles per item and panel
 groups from the kernel's own rules) and run on --threads threads, sharing V and not, each run
-after 64 MB of other memory was written (so the packed weights come from memory, as in a model too large for the cache).
+after 64 MB of other memory was written (so the packed weights come from memory, as in a
+model too large for the cache).
 The kernel shares V only where all blocks' V fits _SHARED_V_BYTES (768 KiB); this prints
 which it picks ("auto") beside both timings, so a lease on another machine says whether that
 threshold holds there.  Session 20 measured, at two threads on the 2-core EPYC with the

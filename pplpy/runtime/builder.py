@@ -87,10 +87,9 @@ class RuntimeBuilder:
                 now = (file_identity(path), tuple(file_identity(name) for name, _ in files))
                 if now != identity:
                     raise ModelError(
-                        f"model file {path!r} or its external data was changed or removed since "
-                        f"it was loaded; a "
-                        f"run that feeds an initializer the model lists as an input reads "
-                        f"the file again: load the model again")
+                        f"model file {path!r} or its external data was changed or removed "
+                        f"since it was loaded; a run that feeds an initializer the model "
+                        f"lists as an input reads the file again: load the model again")
                 with guard("reading the model", memory_error=ModelError):
                     variant, skipped = parse_model(load_model_proto(path), cast_to_float32,
                                                    override_initializers=True)

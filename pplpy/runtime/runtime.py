@@ -133,7 +133,7 @@ class Runtime:
 
     @property
     def memory_bytes(self):
-        """Arena bytes of the plan for the last input shapes (0 before the first run)."""
+        """Arena bytes of the plan of the last run that succeeded (0 before the first)."""
         return self._last.arena_bytes if self._last is not None else 0
 
     def memory(self):
@@ -154,7 +154,7 @@ class Runtime:
         return held
 
     def tensor_shapes(self):
-        """TensorShape of every arena value for the last run's input shapes."""
+        """TensorShape of every arena value for the last successful run's input shapes."""
         return dict(self._last.tensor_shapes) if self._last is not None else {}
 
     # -- running -------------------------------------------------------------------------
@@ -279,8 +279,7 @@ def _value_digest(array):
     in place.  (The bytes themselves were a copy of the feed, kept as a cache key by every
     cached plan: 800 MB fed to NonZero held 800 MB more per plan, and the copy's own
     MemoryError escaped unwrapped.)"""
-    return hashlib.blake2b(array.data if array.flags.c_contiguous else array.tobytes(),
-                           digest_size=32).digest()
+    return hashlib.blake2b(array.data, digest_size=32).digest()  # feeds are C-contiguous
 
 
 def _c_order_copy(name, array):

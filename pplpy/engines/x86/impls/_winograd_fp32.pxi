@@ -29,8 +29,9 @@
 # items in their own scratch, since readers on other cores fetch it through the shared cache
 # after a barrier (64 channels at 56 x 56 cut for 4 or 16 threads, V 1.8 MB: shared took
 # 9-11% longer at two threads on a quiet EPYC with cold weights, 45% longer in a spell when
-# the other core was busy; on the 16-core Xeon the 64- and 128-channel layers with shared V scaled
-# 1.1-1.6x from one thread to four).  Splitting by channels changes no sum: same bits again.
+# the other core was busy; on the 16-core Xeon the 64- and 128-channel layers with shared V
+# scaled 1.1-1.6x from one thread to four).  Splitting by channels changes no sum: same bits
+# again.
 # Pixels outside the image read as zero, so padding is never materialised; tiles hanging over
 # the bottom or right edge of the output write only their valid pixels.
 #
