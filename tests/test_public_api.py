@@ -570,10 +570,10 @@ def test_external_data_too_big_for_memory_says_so(tmp_path, monkeypatch):
 
     path = _save_with_external_weights(tmp_path, bias=1)
 
-    def no_memory(model, base):
+    def no_memory(dims, dtype):
         raise MemoryError()
 
-    monkeypatch.setattr(model_parser, "load_external_data_for_model", no_memory)
+    monkeypatch.setattr(model_parser, "_allocate", no_memory)
     with pytest.raises(pplpy.ModelError, match="cannot read its external data: out of memory"):
         pplpy.load(str(path))
 

@@ -18,8 +18,7 @@ from pplpy.engines.x86.engine import X86Engine
 from pplpy.engines.x86.ops.declare import registered_ops
 from pplpy.errors import InputError, ModelError, PplError, UnsupportedOpError, guard
 from pplpy.ir import all_nodes
-from pplpy.models.onnx.model_parser import (MAX_TENSOR_BYTES, file_identity, load_model_proto,
-                                            parse_model)
+from pplpy.models.onnx.model_parser import MAX_TENSOR_BYTES, file_identity, read_model
 from pplpy.models.onnx.registry import parser_entries
 from pplpy.runtime.fork import reset_after_fork
 from pplpy.optimizer import PassManager
@@ -73,7 +72,7 @@ class RuntimeBuilder:
             path = bytes(path)  # the caller may change them; the override variant reads them
         identity, files = file_identity(path), []  # taken before the file is read
         with guard("reading the model", memory_error=ModelError):
-            graph, unparsed = parse_model(load_model_proto(path, files), cast_to_float32)
+            graph, unparsed = read_model(path, files, cast_to_float32)
         builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, passes=passes,
                       plan_cache_size=plan_cache_size, on_pass=on_pass)
         if graph.overridable:
@@ -91,8 +90,8 @@ class RuntimeBuilder:
                         f"since it was loaded; a run that feeds an initializer the model "
                         f"lists as an input reads the file again: load the model again")
                 with guard("reading the model", memory_error=ModelError):
-                    variant, skipped = parse_model(load_model_proto(path), cast_to_float32,
-                                                   override_initializers=True)
+                    variant, skipped = read_model(path, None, cast_to_float32,
+                                                  override_initializers=True)
                 return cls(variant, skipped, engines=engines, in_shapes=in_shapes,
                            passes=passes, plan_cache_size=plan_cache_size)
 

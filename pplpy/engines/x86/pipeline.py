@@ -165,34 +165,51 @@ def fuse(state):
 def create_kernels(state):
     """Each node's kernel, made once with its op context's frozen params: algorithm choice
     that does not depend on input shapes and weight packing happen here, so every runtime
-    shares packed weights.  (Per-shape algorithm choice happens in ``make_step``.)"""
+    shares packed weights.  (Per-shape algorithm choice happens in ``make_step``.)
+
+    A constant's raw data is dropped as soon as its last reader's kernel has packed it
+    (``release_if_packed``), not after every kernel is made: a model's raw and packed
+    weights were all held at once, twice its weights at the load's peak."""
     graph = state.graph
     for node in graph.nodes:
         op = state.ops[node]
         op.constants = {i: graph.constants[name] for i, name in enumerate(node.inputs)
                         if name in graph.constants}
-    state.kernels = {node: state.ops[node].create_kernel() for node in graph.nodes}
-    return f"{len(state.kernels)} kernels"
+    state.kernels = {}
+    released = 0
+    for node in graph.nodes:
+        state.kernels[node] = state.ops[node].create_kernel()
+        for name in dict.fromkeys(node.inputs):
+            released += release_if_packed(state, name)
+    return f"{len(state.kernels)} kernels, {released} raw weights released"
+
+
+def release_if_packed(state, name):
+    """Drop constant ``name``'s raw data if every reader's kernel exists and holds a copy of
+    it (packed weights) and it is no graph output; returns 1 if it was dropped.  The value
+    record keeps its dims and type."""
+    graph = state.graph
+    if name not in graph.constants or graph.is_graph_output(name):
+        return 0
+    uses = graph.uses(name)
+    if not uses or not all(node in state.kernels and index in state.kernels[node].packed_inputs
+                           for node, index in uses):
+        return 0
+    record = graph.values[name]
+    record.dims = tuple(record.const.shape)
+    record.dtype = DataType.from_numpy(record.const.dtype)
+    state.released[name] = record.const.nbytes
+    del graph.constants[name]
+    for node, index in uses:
+        state.ops[node].constants.pop(index, None)
+    return 1
 
 
 def release_raw_weights(state):
     """Drop the raw data of constants that every reader copied into its kernel (packed
-    weights): weights are then held once.  Value records keep their dims and type."""
-    graph = state.graph
-    released = 0
-    for name in list(graph.constants):
-        uses = graph.uses(name)
-        if uses and not graph.is_graph_output(name) and all(
-                index in state.kernels[node].packed_inputs for node, index in uses):
-            record = graph.values[name]
-            record.dims = tuple(record.const.shape)
-            record.dtype = DataType.from_numpy(record.const.dtype)
-            state.released[name] = record.const.nbytes
-            del graph.constants[name]
-            for node, index in uses:
-                state.ops[node].constants.pop(index, None)
-            released += 1
-    return f"{released} raw weights released"
+    weights) that ``create_kernels`` has not dropped already: weights are then held once."""
+    released = sum(release_if_packed(state, name) for name in list(state.graph.constants))
+    return f"{released} more raw weights released"
 
 
 # The pipeline.  Order matters where a comment says why.

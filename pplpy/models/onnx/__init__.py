@@ -27,6 +27,6 @@ __all__ = [
 
 def load_model(path):
     """Parse the ONNX file at ``path``; returns (graph, unparsed nodes)."""
-    from pplpy.models.onnx.model_parser import load_model_proto, parse_model
+    from pplpy.models.onnx.model_parser import read_model
 
-    return parse_model(load_model_proto(path))
+    return read_model(path)

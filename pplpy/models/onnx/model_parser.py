@@ -1,11 +1,16 @@
 """Read an ONNX model file into a pplpy Graph.
 
-    file --onnx.load--> ModelProto --(external data checked, then loaded)-->
+    file --onnx.load--> ModelProto --(external data checked)-->
          --one NodeProto at a time: (domain, op_type, opset) -> registry -> param--> Graph
 
 The graph is validated before anything is built (``validate_graph``): every failure is a
-ModelError naming the node, op, attribute or value and what is allowed.  External data is read only from files inside the model's folder: a location that is
-absolute or climbs out with ".." is refused (a model must not read arbitrary files).
+ModelError naming the node, op, attribute or value and what is allowed.  External data is
+read only from files inside the model's folder: a location that is absolute or climbs out
+with ".." is refused (a model must not read arbitrary files), at any depth (If / Loop / Scan
+bodies too).  The main graph's initializers in external files (a large model's weights) are
+read straight into their numpy arrays (``read_external_array``), never into the ModelProto:
+loading them through the proto held every weight twice at the peak, and protobuf aborts the
+process where an allocation fails.
 """
 
 import dataclasses
@@ -13,8 +18,9 @@ import os
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
-from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+from onnx import helper, numpy_helper
+from onnx.external_data_helper import (ExternalDataInfo, load_external_data_for_tensor,
+                                       uses_external_data)
 
 from pplpy.common.data_type import DataType
 from pplpy.errors import ModelError, UnsupportedOpError
@@ -36,7 +42,10 @@ def load_model_proto(path, files=None):
 
     ``path`` may also be the model's bytes (then it may not use external data).  ``files``,
     a list, gets (path, file_identity) of each external data file, taken before it is
-    read."""
+    read.  The main graph's initializers keep their external data in their files (``parse_model``
+    with the ``model_folder`` reads them into arrays); the other tensors that use external
+    data (node attributes, If / Loop / Scan bodies' initializers: small) are loaded into the
+    proto here."""
     if isinstance(path, (bytes, bytearray, memoryview)):
         data = bytes(path)
         if not data:
@@ -59,18 +68,106 @@ def load_model_proto(path, files=None):
         model = onnx.load(path, load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - DecodeError, ValueError, OSError, ...
         raise ModelError(f"{path!r} is not a readable ONNX model: {exc}") from exc
-    base = os.path.dirname(os.path.abspath(path))
+    base = model_folder(path)
     external = check_external_data(model, base)
     if files is not None:
         files.extend((name, file_identity(name)) for name in external)
-    try:
-        load_external_data_for_model(model, base)
-    except MemoryError as exc:  # str(MemoryError()) is empty
-        raise ModelError(f"{path!r}: cannot read its external data: out of memory (the "
-                         f"weights must fit in memory, with room to pack them)") from exc
-    except Exception as exc:  # noqa: BLE001 - OSError, ValueError, onnx's checker errors
-        raise ModelError(f"{path!r}: cannot read its external data: {exc}") from exc
+    with _reading_external_data(repr(path)):
+        for tensor, main_initializer in _all_tensors(model.graph):
+            if not main_initializer and uses_external_data(tensor):
+                load_external_data_for_tensor(tensor, base)
     return model
+
+
+def model_folder(path):
+    """The folder a model file's external data locations are relative to; None for a
+    model given as bytes."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return None
+    return os.path.dirname(os.path.abspath(os.fspath(path)))
+
+
+def read_model(path, files=None, cast_to_float32=False, override_initializers=False):
+    """``parse_model(load_model_proto(path, files), ...)``, the external weights read from
+    the model's folder."""
+    return parse_model(load_model_proto(path, files), cast_to_float32, override_initializers,
+                       model_folder=model_folder(path))
+
+
+class _reading_external_data:
+    """Errors while reading a model's external data as ModelErrors that say so (a
+    MemoryError's own text is empty)."""
+
+    def __init__(self, where):
+        self.where = where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if kind is None or issubclass(kind, ModelError):
+            return False
+        if issubclass(kind, MemoryError):
+            raise ModelError(f"{self.where}: cannot read its external data: out of memory "
+                             f"(the weights must fit in memory, with room to pack them)") from exc
+        if issubclass(kind, Exception):  # OSError, ValueError, onnx's checker errors
+            raise ModelError(f"{self.where}: cannot read its external data: {exc}") from exc
+        return False
+
+
+# Element types whose external bytes are their numpy array's memory (little-endian, one
+# element per item): read straight into the array.  Others (bfloat16, float8, int4 ...) go
+# through onnx's reader.
+_DIRECT_TYPES = frozenset([
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL,
+    onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128])
+
+
+def _allocate(dims, dtype):
+    """np.empty: a MemoryError here is the load's (tests replace it)."""
+    return np.empty(dims, dtype)
+
+
+def read_external_array(tensor, folder):
+    """A tensor's values read from its external data file into a new array of its dims
+    (the file checked by ``check_external_data`` first): the length the tensor declares
+    and the file's size are checked before anything is allocated."""
+    what = f'tensor "{tensor.name}"'
+    if tensor.data_type not in _DIRECT_TYPES:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(tensor)
+        load_external_data_for_tensor(copy, folder)
+        return numpy_helper.to_array(copy)
+    info = ExternalDataInfo(tensor)
+    dims = _tensor_dims(tensor, what)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
+    nbytes = dtype.itemsize
+    for d in dims:
+        nbytes *= d
+    offset = info.offset or 0
+    if info.length is not None and info.length != nbytes:
+        raise ModelError(f"{what}: its external data is {info.length} bytes long, but dims "
+                         f"{dims} of {_type_name(tensor.data_type)} take {nbytes}")
+    location = os.path.join(folder, info.location)
+    with open(location, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if offset + nbytes > size:
+            raise ModelError(f"{what}: its external data is bytes {offset} to {offset + nbytes} "
+                             f"of {info.location!r}, which has {size} bytes")
+        array = _allocate(dims, dtype)
+        view = memoryview(array.reshape(-1)).cast("B")
+        file.seek(offset)
+        done = 0
+        while done < nbytes:
+            got = file.readinto(view[done:])
+            if not got:  # the file shrank while it was read
+                raise ModelError(f"{what}: {info.location!r} ended at byte {offset + done} "
+                                 f"while its external data was read")
+            done += got
+    return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
 
 
 def file_identity(path):
@@ -86,11 +183,11 @@ def file_identity(path):
 
 
 def check_external_data(model, base_dir):
-    """Refuse external-data locations that leave ``base_dir`` or do not exist; returns the
-    files, each once."""
+    """Refuse external-data locations that leave ``base_dir`` or do not exist, in every
+    graph of the model (If / Loop / Scan bodies too); returns the files, each once."""
     real_base = os.path.realpath(base_dir) if base_dir is not None else None
     files = []
-    for tensor in _all_tensors(model):
+    for tensor, _ in _all_tensors(model.graph):
         if not uses_external_data(tensor):
             continue
         if real_base is None:
@@ -114,12 +211,21 @@ def check_external_data(model, base_dir):
     return files
 
 
-def _all_tensors(model):
-    yield from model.graph.initializer
-    for node in model.graph.node:
+def _all_tensors(graph, main=True):
+    """Every TensorProto of ``graph`` and the graphs in its nodes' attributes, at any
+    depth, as (tensor, whether it is an initializer of the model's own graph)."""
+    for tensor in graph.initializer:
+        yield tensor, main
+    for node in graph.node:
         for attr in node.attribute:
             if attr.HasField("t"):
-                yield attr.t
+                yield attr.t, False
+            for tensor in attr.tensors:
+                yield tensor, False
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g, False)
+            for body in attr.graphs:
+                yield from _all_tensors(body, False)
 
 
 def _value_info(vi, role="value"):
@@ -172,12 +278,9 @@ def _tensor_dims(tensor, what):
 
 
 def cast_floats_to_float32(model):
-    """In place: float64 / float16 initializers, Constant values and declared inputs and
-    outputs become float32 (the ``cast_to_float32`` load option; see docs/errors.md)."""
-    for init in model.graph.initializer:
-        if init.data_type in FLOAT_TYPES_TO_CAST:
-            init.CopyFrom(numpy_helper.from_array(
-                numpy_helper.to_array(init).astype(np.float32), init.name))
+    """In place: float64 / float16 Constant values and declared inputs and outputs become
+    float32 (the ``cast_to_float32`` load option; see docs/errors.md).  The initializers
+    are cast as ``parse_model`` reads them."""
     for node in model.graph.node:
         for attr in node.attribute:
             # Cast(to=DOUBLE), RandomNormal(dtype=FLOAT16), EyeLike(dtype=...): the values
@@ -289,7 +392,7 @@ def validate_graph(onnx_graph, names, outer=None):
         seen_outputs.add(vi.name)
 
 
-def parse_model(model, cast_to_float32=False, override_initializers=False):
+def parse_model(model, cast_to_float32=False, override_initializers=False, model_folder=None):
     """Turn a ModelProto into a Graph, after ``validate_graph``.
 
     Returns ``(graph, unparsed)`` where ``unparsed`` lists the Nodes no parser covers (their
@@ -298,7 +401,9 @@ def parse_model(model, cast_to_float32=False, override_initializers=False):
     with ``override_initializers`` inputs whose default is the initializer.  With
     ``cast_to_float32`` float64 / float16 inputs and initializers become float32; otherwise
     a node that would compute in those types is refused by the engine's type check (data
-    movement on them is fine).
+    movement on them is fine).  Initializers in external data files are read from
+    ``model_folder`` (``load_model_proto`` checked their locations); without one they are a
+    ModelError.
     """
     onnx_graph = model.graph
     names = node_names(onnx_graph)
@@ -314,10 +419,9 @@ def parse_model(model, cast_to_float32=False, override_initializers=False):
     graph = Graph(name=onnx_graph.name or "graph", opsets=opsets)
     for init in onnx_graph.initializer:
         _tensor_dims(init, f'initializer "{init.name}"')
-        try:
-            graph.constants[init.name] = numpy_helper.to_array(init)
-        except Exception as exc:  # noqa: BLE001 - any decoding failure is a model problem
-            raise ModelError(f'initializer "{init.name}" cannot be decoded: {exc}') from exc
+        graph.constants[init.name] = _initializer_array(init, model_folder)
+        if cast_to_float32 and init.data_type in FLOAT_TYPES_TO_CAST:
+            graph.constants[init.name] = graph.constants[init.name].astype(np.float32)
         if DataType.from_numpy(graph.constants[init.name].dtype) is None:
             # A valid model (ONNX Runtime's int4 QDQ weights) in a type pplpy does not
             # compute in: unsupported, naming the nodes that read it, not an invalid model.
@@ -372,6 +476,22 @@ def parse_model(model, cast_to_float32=False, override_initializers=False):
     except ValueError as exc:
         raise ModelError(f"{exc}; an ONNX graph must be acyclic") from exc
     return graph, unparsed
+
+
+def _initializer_array(init, model_folder):
+    """An initializer of the model's graph as a numpy array: decoded from the proto, or
+    read from its external data file."""
+    if uses_external_data(init):
+        if model_folder is None:
+            raise ModelError(f'initializer "{init.name}" uses external data, which a model '
+                             f"given as bytes or as a ModelProto cannot have; load it from "
+                             f"its file")
+        with _reading_external_data(f'initializer "{init.name}"'):
+            return read_external_array(init, model_folder)
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as exc:  # noqa: BLE001 - any decoding failure is a model problem
+        raise ModelError(f'initializer "{init.name}" cannot be decoded: {exc}') from exc
 
 
 def _visible_names(onnx_graph):
