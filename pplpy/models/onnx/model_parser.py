@@ -14,6 +14,7 @@ process where an allocation fails.
 """
 
 import dataclasses
+import math
 import os
 
 import numpy as np
@@ -25,6 +26,7 @@ from onnx.external_data_helper import (ExternalDataInfo, load_external_data_for_
 from pplpy.common.data_type import DataType
 from pplpy.errors import ModelError, UnsupportedOpError
 from pplpy.ir import Graph, Node, ValueInfo
+from pplpy.models.onnx import weight_ranges
 from pplpy.models.onnx.registry import find_parser, normalize_domain
 
 
@@ -37,7 +39,7 @@ MAX_TENSOR_BYTES = 1 << 40
 FLOAT_TYPES_TO_CAST = (onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16)
 
 
-def load_model_proto(path, files=None):
+def load_model_proto(path, files=None, inline=None):
     """onnx.load with pplpy errors, and external data confined to the model's folder.
 
     ``path`` may also be the model's bytes (then it may not use external data).  ``files``,
@@ -45,7 +47,13 @@ def load_model_proto(path, files=None):
     read.  The main graph's initializers keep their external data in their files (``parse_model``
     with the ``model_folder`` reads them into arrays); the other tensors that use external
     data (node attributes, If / Loop / Scan bodies' initializers: small) are loaded into the
-    proto here."""
+    proto here.
+
+    ``inline``, a list, asks for a binary model file's large initializers to stay in the
+    file too: the proto is parsed without their raw_data (``weight_ranges.scan``) and
+    ``inline`` gets, per initializer of the graph in order, (offset, length) of its raw
+    bytes in the file or None; ``parse_model(..., inline_weights=(path, inline))`` reads
+    them.  A file the scan does not handle is loaded whole and ``inline`` stays empty."""
     if isinstance(path, (bytes, bytearray, memoryview)):
         data = bytes(path)
         if not data:
@@ -64,18 +72,44 @@ def load_model_proto(path, files=None):
         raise ModelError(f"model file {path!r} does not exist or is not a file")
     if os.path.getsize(path) == 0:
         raise ModelError(f"model file {path!r} is empty (0 bytes)")
-    try:
-        model = onnx.load(path, load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 - DecodeError, ValueError, OSError, ...
-        raise ModelError(f"{path!r} is not a readable ONNX model: {exc}") from exc
+    model = _load_skeleton(path, inline) if inline is not None else None
+    if model is None:
+        try:
+            model = onnx.load(path, load_external_data=False)
+        except Exception as exc:  # noqa: BLE001 - DecodeError, ValueError, OSError, ...
+            raise ModelError(f"{path!r} is not a readable ONNX model: {exc}") from exc
     base = model_folder(path)
     external = check_external_data(model, base)
     if files is not None:
         files.extend((name, file_identity(name)) for name in external)
-    with _reading_external_data(repr(path)):
+    with _reading_weights(repr(path)):
         for tensor, main_initializer in _all_tensors(model.graph):
             if not main_initializer and uses_external_data(tensor):
                 load_external_data_for_tensor(tensor, base)
+    return model
+
+
+def _load_skeleton(path, inline):
+    """The ModelProto of the binary model file ``path`` without its large initializers'
+    raw_data, their ranges appended to ``inline``; None when the file is not protobuf by
+    its extension (onnx.load reads text formats) or the scan or parse fails (onnx.load then
+    gives the error)."""
+    from onnx import serialization
+
+    fmt = serialization.registry.get_format_from_file_extension(os.path.splitext(path)[1])
+    if (fmt or "protobuf") != "protobuf":
+        return None
+    try:
+        with open(path, "rb") as file:
+            found = weight_ranges.scan(file, os.fstat(file.fileno()).st_size, _DIRECT_TYPES)
+        if found is None:
+            return None
+        model = onnx.load_model_from_string(found.skeleton)
+    except Exception:  # noqa: BLE001 - onnx.load reads it again and says what is wrong
+        return None
+    if len(found.ranges) != len(model.graph.initializer):
+        return None
+    inline.extend(found.ranges)
     return model
 
 
@@ -88,18 +122,27 @@ def model_folder(path):
 
 
 def read_model(path, files=None, cast_to_float32=False, override_initializers=False):
-    """``parse_model(load_model_proto(path, files), ...)``, the external weights read from
-    the model's folder."""
-    return parse_model(load_model_proto(path, files), cast_to_float32, override_initializers,
-                       model_folder=model_folder(path))
+    """``parse_model(load_model_proto(path, files), ...)``, each weight read from its file
+    (the model file itself or its external data) straight into its array."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        return parse_model(load_model_proto(path, files), cast_to_float32,
+                           override_initializers)
+    identity, inline = file_identity(path), []
+    model = load_model_proto(path, files, inline)
+    graph = parse_model(model, cast_to_float32, override_initializers,
+                        model_folder=model_folder(path), inline_weights=(path, inline))
+    if inline and file_identity(path) != identity:
+        # the skeleton and the weights would come from different files
+        raise ModelError(f"model file {path!r} changed while it was read; load it again")
+    return graph
 
 
-class _reading_external_data:
-    """Errors while reading a model's external data as ModelErrors that say so (a
+class _reading_weights:
+    """Errors while reading a model's weights from a file as ModelErrors that say so (a
     MemoryError's own text is empty)."""
 
-    def __init__(self, where):
-        self.where = where
+    def __init__(self, where, what="external data"):
+        self.where, self.what = where, what
 
     def __enter__(self):
         return self
@@ -108,10 +151,10 @@ class _reading_external_data:
         if kind is None or issubclass(kind, ModelError):
             return False
         if issubclass(kind, MemoryError):
-            raise ModelError(f"{self.where}: cannot read its external data: out of memory "
+            raise ModelError(f"{self.where}: cannot read its {self.what}: out of memory "
                              f"(the weights must fit in memory, with room to pack them)") from exc
         if issubclass(kind, Exception):  # OSError, ValueError, onnx's checker errors
-            raise ModelError(f"{self.where}: cannot read its external data: {exc}") from exc
+            raise ModelError(f"{self.where}: cannot read its {self.what}: {exc}") from exc
         return False
 
 
@@ -151,12 +194,18 @@ def read_external_array(tensor, folder):
     if info.length is not None and info.length != nbytes:
         raise ModelError(f"{what}: its external data is {info.length} bytes long, but dims "
                          f"{dims} of {_type_name(tensor.data_type)} take {nbytes}")
-    location = os.path.join(folder, info.location)
-    with open(location, "rb") as file:
+    return _read_array(os.path.join(folder, info.location), offset, nbytes, dims, dtype,
+                       f"{what}: its external data", info.location)
+
+
+def _read_array(path, offset, nbytes, dims, dtype, what, shown):
+    """Bytes [offset, offset + nbytes) of the file ``path`` (``shown`` in messages) as a new
+    array of ``dims`` and little-endian ``dtype``; the file's size is checked first."""
+    with open(path, "rb") as file:
         size = os.fstat(file.fileno()).st_size
         if offset + nbytes > size:
-            raise ModelError(f"{what}: its external data is bytes {offset} to {offset + nbytes} "
-                             f"of {info.location!r}, which has {size} bytes")
+            raise ModelError(f"{what} is bytes {offset} to {offset + nbytes} of {shown!r}, "
+                             f"which has {size} bytes")
         array = _allocate(dims, dtype)
         view = memoryview(array.reshape(-1)).cast("B")
         file.seek(offset)
@@ -164,10 +213,23 @@ def read_external_array(tensor, folder):
         while done < nbytes:
             got = file.readinto(view[done:])
             if not got:  # the file shrank while it was read
-                raise ModelError(f"{what}: {info.location!r} ended at byte {offset + done} "
-                                 f"while its external data was read")
+                raise ModelError(f"{what}: {shown!r} ended at byte {offset + done} "
+                                 f"while it was read")
             done += got
     return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
+
+
+def _read_inline_array(init, path, offset, length):
+    """An initializer whose raw_data ``weight_ranges.scan`` left in the model file."""
+    what = f'initializer "{init.name}"'
+    dims = _tensor_dims(init, what)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).newbyteorder("<")
+    nbytes = dtype.itemsize * math.prod(dims)
+    if nbytes != length:
+        raise ModelError(f"{what} cannot be decoded: its raw data is {length} bytes, but dims "
+                         f"{dims} of {_type_name(init.data_type)} take {nbytes}")
+    return _read_array(path, offset, nbytes, dims, dtype, f"{what}: its raw data",
+                       os.path.basename(path))
 
 
 def file_identity(path):
@@ -392,7 +454,8 @@ def validate_graph(onnx_graph, names, outer=None):
         seen_outputs.add(vi.name)
 
 
-def parse_model(model, cast_to_float32=False, override_initializers=False, model_folder=None):
+def parse_model(model, cast_to_float32=False, override_initializers=False, model_folder=None,
+                inline_weights=None):
     """Turn a ModelProto into a Graph, after ``validate_graph``.
 
     Returns ``(graph, unparsed)`` where ``unparsed`` lists the Nodes no parser covers (their
@@ -403,7 +466,8 @@ def parse_model(model, cast_to_float32=False, override_initializers=False, model
     a node that would compute in those types is refused by the engine's type check (data
     movement on them is fine).  Initializers in external data files are read from
     ``model_folder`` (``load_model_proto`` checked their locations); without one they are a
-    ModelError.
+    ModelError.  ``inline_weights``: (model file, ranges) of initializers whose raw_data
+    ``load_model_proto`` left in the file.
     """
     onnx_graph = model.graph
     names = node_names(onnx_graph)
@@ -417,9 +481,15 @@ def parse_model(model, cast_to_float32=False, override_initializers=False, model
                              f"{o.domain or 'ai.onnx'!r}; opsets start at 1")
         opsets[normalize_domain(o.domain)] = o.version
     graph = Graph(name=onnx_graph.name or "graph", opsets=opsets)
-    for init in onnx_graph.initializer:
+    inline_path, inline = inline_weights if inline_weights else (None, ())
+    for index, init in enumerate(onnx_graph.initializer):
         _tensor_dims(init, f'initializer "{init.name}"')
-        graph.constants[init.name] = _initializer_array(init, model_folder)
+        if index < len(inline) and inline[index] is not None:
+            with _reading_weights(f'initializer "{init.name}"', "raw data"):
+                graph.constants[init.name] = _read_inline_array(init, inline_path,
+                                                                *inline[index])
+        else:
+            graph.constants[init.name] = _initializer_array(init, model_folder)
         if cast_to_float32 and init.data_type in FLOAT_TYPES_TO_CAST:
             graph.constants[init.name] = graph.constants[init.name].astype(np.float32)
         if DataType.from_numpy(graph.constants[init.name].dtype) is None:
@@ -486,7 +556,7 @@ def _initializer_array(init, model_folder):
             raise ModelError(f'initializer "{init.name}" uses external data, which a model '
                              f"given as bytes or as a ModelProto cannot have; load it from "
                              f"its file")
-        with _reading_external_data(f'initializer "{init.name}"'):
+        with _reading_weights(f'initializer "{init.name}"'):
             return read_external_array(init, model_folder)
     try:
         return numpy_helper.to_array(init)
