@@ -94,12 +94,17 @@ def _culprit(exc):
     return found
 
 
-def wrap_exception(exc, memory_error=None, where="pplpy"):
+# What an out-of-memory error suggests, by default (a run: the feeds' shapes decide).
+RUN_MEMORY_HINT = "check the model's and the inputs' shapes"
+
+
+def wrap_exception(exc, memory_error=None, where="pplpy", memory_hint=RUN_MEMORY_HINT):
     """The PplError to raise for a non-pplpy exception ``exc``.
 
     Raised by a plugin's code -> PluginError naming the node and the package; MemoryError
-    -> ``memory_error`` (a PplError class) when given; anything else -> InternalError (with
-    the node when one is on the stack)."""
+    -> ``memory_error`` (a PplError class) when given, its message ending in
+    ``memory_hint``; anything else -> InternalError (with the node when one is on the
+    stack)."""
     culprit = _culprit(exc)
     detail = f"{type(exc).__name__}: {exc}"
     if culprit is not None and culprit[1] is not None:
@@ -108,7 +113,7 @@ def wrap_exception(exc, memory_error=None, where="pplpy"):
                            node=node.name, plugin=plugin)
     if isinstance(exc, MemoryError) and memory_error is not None:
         return memory_error(f"{where}: out of memory ({detail or 'MemoryError'}); "
-                            f"check the model's and the inputs' shapes")
+                            f"{memory_hint}")
     at = f" at {culprit[0].describe()}" if culprit is not None else ""
     return InternalError(f"{where}: internal error{at}: {detail} (please report this with "
                          f"the traceback)")
@@ -122,11 +127,12 @@ class guard:
     that held the failed run's frames (its feeds, up to gigabytes) until the garbage
     collector ran."""
 
-    __slots__ = ("where", "memory_error")
+    __slots__ = ("where", "memory_error", "memory_hint")
 
-    def __init__(self, where, memory_error=None):
+    def __init__(self, where, memory_error=None, memory_hint=RUN_MEMORY_HINT):
         self.where = where
         self.memory_error = memory_error
+        self.memory_hint = memory_hint
 
     def __enter__(self):
         return self
@@ -135,6 +141,7 @@ class guard:
         if exc is None or isinstance(exc, PplError) or not isinstance(exc, Exception):
             return False
         try:
-            raise wrap_exception(exc, self.memory_error, self.where) from exc
+            raise wrap_exception(exc, self.memory_error, self.where,
+                                 self.memory_hint) from exc
         finally:
             exc = tb = None  # this frame, in the new error's traceback, holds neither

@@ -578,6 +578,35 @@ def test_external_data_too_big_for_memory_says_so(tmp_path, monkeypatch):
         pplpy.load(str(path))
 
 
+def test_out_of_memory_at_load_says_what_to_do(save_model, monkeypatch):
+    """Out of memory while reading or building a model said "check the model's and the
+    inputs' shapes" (a run's advice); now each stage says what it needs."""
+    import onnx as onnx_module
+
+    from pplpy.engines.x86.engine import X86Engine
+
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", FLOAT, [4])],
+                       [("y", FLOAT, None)])
+    path = save_model(model)
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(onnx_module, "load_model_from_string", no_memory)
+        patch.setattr(onnx_module, "load", no_memory)
+        with pytest.raises(pplpy.ModelError, match="reading the model: out of memory .*the "
+                                                   "model's weights must fit in memory"):
+            pplpy.load(path)
+    with monkeypatch.context() as patch:
+        patch.setattr(X86Engine, "process", no_memory)
+        with pytest.raises(pplpy.ModelError, match="building the model: out of memory .*"
+                                                   "building packs the weights .*in_shapes"):
+            pplpy.load(path)
+    np.testing.assert_array_equal(pplpy.load(path).run({"x": -np.ones(4, np.float32)})["y"],
+                                  np.zeros(4, np.float32))
+
+
 def test_a_failed_run_lets_go_of_its_feeds_at_once(save_model, monkeypatch):
     """An out-of-memory run raised an InputError whose traceback, through a reference cycle
     in the error guard, held the run's frames and so its feeds (a 1 GB feed stayed until the

@@ -29,6 +29,11 @@ from pplpy.runtime.runtime import DEFAULT_PLAN_CACHE_SIZE, Runtime
 # How many node names an UnsupportedOpError shows per op before "and N more".
 SHOWN_NODES = 3
 
+# What an out-of-memory error at load suggests (a run's says to check the shapes).
+READ_MEMORY_HINT = "the model's weights must fit in memory, with room to pack them"
+BUILD_MEMORY_HINT = ("building packs the weights and, with in_shapes, plans memory for those "
+                     "shapes: free memory, or give smaller in_shapes")
+
 
 class RuntimeBuilder:
     """Builds once; ``create_runtime()`` makes runtimes sharing the packed weights."""
@@ -40,7 +45,8 @@ class RuntimeBuilder:
             raise PplError("pplpy ships one engine: pass engines=[pplpy.X86Engine(...)]")
         self.engine = self.engines[0]
         self.plan_cache_size = plan_cache_size
-        with guard("building the model", memory_error=ModelError):
+        with guard("building the model", memory_error=ModelError,
+                   memory_hint=BUILD_MEMORY_HINT):
             _check_supported(graph, unparsed, self.engine)
             dims = _build_dims(graph, in_shapes)
             self.pass_manager = PassManager(DEFAULT_PIPELINE if passes is None else passes)
@@ -71,7 +77,8 @@ class RuntimeBuilder:
         if isinstance(path, (bytearray, memoryview)):
             path = bytes(path)  # the caller may change them; the override variant reads them
         identity, files = file_identity(path), []  # taken before the file is read
-        with guard("reading the model", memory_error=ModelError):
+        with guard("reading the model", memory_error=ModelError,
+                   memory_hint=READ_MEMORY_HINT):
             graph, unparsed = read_model(path, files, cast_to_float32)
         builder = cls(graph, unparsed, engines=engines, in_shapes=in_shapes, passes=passes,
                       plan_cache_size=plan_cache_size, on_pass=on_pass)
@@ -89,7 +96,8 @@ class RuntimeBuilder:
                         f"model file {path!r} or its external data was changed or removed "
                         f"since it was loaded; a run that feeds an initializer the model "
                         f"lists as an input reads the file again: load the model again")
-                with guard("reading the model", memory_error=ModelError):
+                with guard("reading the model", memory_error=ModelError,
+                           memory_hint=READ_MEMORY_HINT):
                     variant, skipped = read_model(path, None, cast_to_float32,
                                                   override_initializers=True)
                 return cls(variant, skipped, engines=engines, in_shapes=in_shapes,

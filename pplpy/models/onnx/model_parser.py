@@ -60,6 +60,8 @@ def load_model_proto(path, files=None, inline=None):
             raise ModelError("the model is empty (0 bytes)")
         try:
             model = onnx.load_model_from_string(data)
+        except MemoryError:
+            raise  # the caller's guard says out of memory
         except Exception as exc:  # noqa: BLE001 - protobuf raises several kinds
             raise ModelError(f"the bytes given are not an ONNX model: {exc}") from exc
         check_external_data(model, None)
@@ -76,6 +78,8 @@ def load_model_proto(path, files=None, inline=None):
     if model is None:
         try:
             model = onnx.load(path, load_external_data=False)
+        except MemoryError:
+            raise  # the caller's guard says out of memory
         except Exception as exc:  # noqa: BLE001 - DecodeError, ValueError, OSError, ...
             raise ModelError(f"{path!r} is not a readable ONNX model: {exc}") from exc
     base = model_folder(path)
@@ -105,6 +109,8 @@ def _load_skeleton(path, inline):
         if found is None:
             return None
         model = onnx.load_model_from_string(found.skeleton)
+    except MemoryError:
+        raise  # the caller's guard says out of memory
     except Exception:  # noqa: BLE001 - onnx.load reads it again and says what is wrong
         return None
     if len(found.ranges) != len(model.graph.initializer):
