@@ -243,3 +243,62 @@ def test_external_weights_are_held_once_while_they_load(tmp_path):
     if "limit not enforced" not in results["0.25"]:
         assert results["0.25"].startswith(
             'ModelError: initializer "w": cannot read its external data: out of memory')
+
+
+def _swap_after_the_check(monkeypatch, swap):
+    """Run ``swap()`` right after pplpy's folder check passed (another process replacing
+    the data file in that window)."""
+    from pplpy.models.onnx import model_parser
+
+    check = model_parser.check_external_data
+
+    def check_then_swap(model, base_dir):
+        files = check(model, base_dir)
+        swap()
+        return files
+
+    monkeypatch.setattr(model_parser, "check_external_data", check_then_swap)
+
+
+def test_a_data_file_swapped_for_a_link_after_the_check_is_not_read(tmp_path, monkeypatch):
+    """The file is checked again once open: a link to a file outside the folder, put in
+    place after the path was checked, was read (the secret came out as the weights)."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (tmp_path / "secret.bin").write_bytes(np.full(4, 7, np.float32).tobytes())
+    (folder / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    path = _add_model(str(folder), _external("w", TensorProto.FLOAT, [4], "w.bin"))
+
+    def swap():
+        os.remove(folder / "w.bin")
+        os.symlink(tmp_path / "secret.bin", folder / "w.bin")
+
+    _swap_after_the_check(monkeypatch, swap)
+    with pytest.raises(pplpy.ModelError, match="cannot open 'w.bin' .*not a link"):
+        pplpy.load(path)
+
+
+def test_a_data_file_swapped_for_a_fifo_does_not_block_the_load(tmp_path, monkeypatch):
+    (tmp_path / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    path = _add_model(str(tmp_path), _external("w", TensorProto.FLOAT, [4], "w.bin"))
+
+    def swap():
+        os.remove(tmp_path / "w.bin")
+        os.mkfifo(tmp_path / "w.bin")
+
+    _swap_after_the_check(monkeypatch, swap)
+    with pytest.raises(pplpy.ModelError, match="'w.bin' is not a regular file"):
+        pplpy.load(path)
+
+
+def test_links_and_nul_bytes_in_locations_are_model_errors(tmp_path):
+    """A link inside the folder is refused as onnx's reader refuses it; a NUL byte in a
+    location was an InternalError from os.path (ValueError: embedded null byte)."""
+    (tmp_path / "real.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    os.symlink(tmp_path / "real.bin", tmp_path / "w.bin")
+    path = _add_model(str(tmp_path), _external("w", TensorProto.FLOAT, [4], "w.bin"))
+    with pytest.raises(pplpy.ModelError, match="not a link"):
+        pplpy.load(path)
+    path = _add_model(str(tmp_path), _external("w", TensorProto.FLOAT, [4], "w\x00.bin"))
+    with pytest.raises(pplpy.ModelError, match="holds a NUL byte"):
+        pplpy.load(path)

@@ -14,13 +14,32 @@ import pplpy
 from pplpy.models.onnx import model_parser, weight_ranges
 
 
+@pytest.fixture(autouse=True)
+def scan_small_files(monkeypatch):
+    """These tests' files are small: scan them as the large files a user loads."""
+    monkeypatch.setattr(weight_ranges, "MIN_FILE_BYTES", 0)
+
+
+def test_small_files_go_to_onnx_load(tmp_path, monkeypatch):
+    monkeypatch.setattr(weight_ranges, "MIN_FILE_BYTES", 1 << 30)
+    model, _ = _model_with_many_weights(np.random.default_rng(8))
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    scanned, loaded, inline = _constants_both_ways(path)
+    assert inline == []
+    _assert_same(scanned, loaded)
+
+
 def _constants_both_ways(path):
     """(constants read with the scan, constants from onnx.load, the scan's ranges)."""
-    inline = []
-    model = model_parser.load_model_proto(path, inline=inline)
-    scanned, _ = model_parser.parse_model(model, inline_weights=(path, inline))
+    inline = model_parser.InlineWeights()
+    try:
+        model = model_parser.load_model_proto(path, inline=inline)
+        scanned, _ = model_parser.parse_model(model, inline_weights=inline)
+    finally:
+        inline.close()
     loaded, _ = model_parser.parse_model(onnx.load(path))
-    return scanned.constants, loaded.constants, inline
+    return scanned.constants, loaded.constants, inline.ranges
 
 
 def _assert_same(scanned, loaded):
@@ -158,25 +177,64 @@ def test_a_raw_data_length_that_disagrees_with_the_dims_is_a_model_error(tmp_pat
         pplpy.load(path)
 
 
-def test_a_file_rewritten_while_its_weights_are_read_is_a_model_error(tmp_path, monkeypatch):
-    """The proto comes from one read of the file and the weights from later ones: a file
-    replaced in between would mix two models, so the load says so."""
-    model, _ = _model_with_many_weights(np.random.default_rng(4))
+def test_a_file_replaced_while_its_weights_are_read_is_still_read_whole(tmp_path,
+                                                                        monkeypatch):
+    """The proto and the weights come from one open file: a model file replaced by another
+    in the middle of the load (a deployment swapping models) gives the first model whole,
+    never the first one's graph with the second one's weights."""
+    first, arrays = _model_with_many_weights(np.random.default_rng(4))
+    second, _ = _model_with_many_weights(np.random.default_rng(40))
     path = tmp_path / "m.onnx"
-    onnx.save(model, str(path))
+    onnx.save(first, str(path))
     read = model_parser._read_inline_array
+    replaced = []
 
-    def rewrite_then_read(init, file, offset, length):
-        if not os.environ.get("PPLPY_TEST_REWRITTEN"):
-            monkeypatch.setenv("PPLPY_TEST_REWRITTEN", "1")
+    def replace_then_read(init, file, offset, length):
+        if not replaced:
+            replaced.append(init.name)
             other = tmp_path / "other.onnx"
-            onnx.save(model, str(other))
+            onnx.save(second, str(other))
             os.replace(other, path)
         return read(init, file, offset, length)
 
-    monkeypatch.setattr(model_parser, "_read_inline_array", rewrite_then_read)
-    with pytest.raises(pplpy.ModelError, match="changed while it was read; load it again"):
-        pplpy.load(path)
+    monkeypatch.setattr(model_parser, "_read_inline_array", replace_then_read)
+    rt = pplpy.load(path, num_threads=1)
+    assert replaced
+    x = np.zeros((64, 32), np.float32)
+    np.testing.assert_array_equal(rt.run({"x": x})["y"], arrays["f32"])
+
+
+def test_wire_data_protobuf_would_not_write_goes_to_onnx(tmp_path):
+    """A key or length written longer than it needs, a tensor with segments, more fields
+    than the scan decodes: onnx.load reads (or refuses) those files, as before the scan."""
+    model, arrays = _model_with_many_weights(np.random.default_rng(6))
+    body = model.SerializeToString()
+    padded_key = bytes([0x3A | 0x80, 0x00])  # field 7, wire type 2, in two bytes
+    assert body[0] != 0x3A  # ir_version comes first
+    graph = model.graph.SerializeToString()
+    rest = model.SerializeToString()
+    model.ClearField("graph")
+    rest = model.SerializeToString()
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(rest + padded_key + weight_ranges._varint(len(graph)) + graph)
+    scanned, loaded, inline = _constants_both_ways(path)
+    assert inline == []
+    _assert_same(scanned, loaded)
+    assert set(arrays) <= set(scanned)
+
+
+def test_many_tiny_fields_leave_the_file_to_onnx(tmp_path, monkeypatch):
+    """A valid file of very many tiny fields (ir_version repeated) is not walked field by
+    field in Python past MAX_FIELDS: it goes to onnx.load."""
+    model, _ = _model_with_many_weights(np.random.default_rng(7))
+    monkeypatch.setattr(weight_ranges, "MAX_FIELDS", 1000)
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(b"\x08\x08" * 2000 + model.SerializeToString())
+    scanned, loaded, inline = _constants_both_ways(path)
+    assert inline == []
+    _assert_same(scanned, loaded)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -188,10 +246,11 @@ def test_damaged_files_never_load_wrong_weights(tmp_path, seed):
     path = str(tmp_path / "m.onnx")
     with open(path, "wb") as f:
         f.write(bytes(data))
-    inline = []
+    inline = model_parser.InlineWeights()
     model_parser.load_model_proto(path, inline=inline)
+    inline.close()
     weights = np.zeros(len(data), bool)  # the bytes the scan skips
-    for offset, length in filter(None, inline):
+    for offset, length in filter(None, inline.ranges):
         weights[offset:offset + length] = True
     rng = np.random.default_rng(seed)
     position = int(rng.choice(np.flatnonzero(~weights)))

@@ -16,6 +16,7 @@ process where an allocation fails.
 import dataclasses
 import math
 import os
+import stat
 
 import numpy as np
 import onnx
@@ -49,11 +50,12 @@ def load_model_proto(path, files=None, inline=None):
     data (node attributes, If / Loop / Scan bodies' initializers: small) are loaded into the
     proto here.
 
-    ``inline``, a list, asks for a binary model file's large initializers to stay in the
-    file too: the proto is parsed without their raw_data (``weight_ranges.scan``) and
-    ``inline`` gets, per initializer of the graph in order, (offset, length) of its raw
-    bytes in the file or None; ``parse_model(..., inline_weights=(path, inline))`` reads
-    them.  A file the scan does not handle is loaded whole and ``inline`` stays empty."""
+    ``inline``, an ``InlineWeights``, asks for a binary model file's large initializers to
+    stay in the file too: the proto is parsed without their raw_data (``weight_ranges.scan``)
+    and ``inline`` gets the open file and, per initializer of the graph in order, (offset,
+    length) of its raw bytes or None; ``parse_model(..., inline_weights=inline)`` reads them
+    from that same open file.  A file the scan does not handle is loaded whole and
+    ``inline`` stays empty."""
     if isinstance(path, (bytes, bytearray, memoryview)):
         data = bytes(path)
         if not data:
@@ -95,28 +97,43 @@ def load_model_proto(path, files=None, inline=None):
 
 def _load_skeleton(path, inline):
     """The ModelProto of the binary model file ``path`` without its large initializers'
-    raw_data, their ranges appended to ``inline``; None when the file is not protobuf by
-    its extension (onnx.load reads text formats) or the scan or parse fails (onnx.load then
-    gives the error)."""
+    raw_data, the open file and the ranges put in ``inline``; None when the file is not
+    protobuf by its extension (onnx.load reads text formats) or the scan or parse fails
+    (onnx.load then gives the error)."""
     from onnx import serialization
 
     fmt = serialization.registry.get_format_from_file_extension(os.path.splitext(path)[1])
     if (fmt or "protobuf") != "protobuf":
         return None
+    file = open(path, "rb")  # noqa: SIM115 - kept open in ``inline`` for the weights
     try:
-        with open(path, "rb") as file:
-            found = weight_ranges.scan(file, os.fstat(file.fileno()).st_size, _DIRECT_TYPES)
-        if found is None:
-            return None
-        model = onnx.load_model_from_string(found.skeleton)
+        found = weight_ranges.scan(file.fileno(), os.fstat(file.fileno()).st_size,
+                                   _DIRECT_TYPES)
+        model = None if found is None else onnx.load_model_from_string(found.skeleton)
     except MemoryError:
+        file.close()
         raise  # the caller's guard says out of memory
     except Exception:  # noqa: BLE001 - onnx.load reads it again and says what is wrong
+        model = None
+    if model is None or len(found.ranges) != len(model.graph.initializer):
+        file.close()
         return None
-    if len(found.ranges) != len(model.graph.initializer):
-        return None
-    inline.extend(found.ranges)
+    inline.file, inline.ranges = file, list(found.ranges)
     return model
+
+
+class InlineWeights:
+    """A model file's large initializers that ``load_model_proto`` left in the file: the
+    file, open from the scan until the weights are read (one file, even if the path is
+    replaced meanwhile), and per initializer (offset, length) of its raw data or None."""
+
+    def __init__(self):
+        self.file, self.ranges = None, []
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def model_folder(path):
@@ -133,14 +150,13 @@ def read_model(path, files=None, cast_to_float32=False, override_initializers=Fa
     if isinstance(path, (bytes, bytearray, memoryview)):
         return parse_model(load_model_proto(path, files), cast_to_float32,
                            override_initializers)
-    identity, inline = file_identity(path), []
-    model = load_model_proto(path, files, inline)
-    graph = parse_model(model, cast_to_float32, override_initializers,
-                        model_folder=model_folder(path), inline_weights=(path, inline))
-    if inline and file_identity(path) != identity:
-        # the skeleton and the weights would come from different files
-        raise ModelError(f"model file {path!r} changed while it was read; load it again")
-    return graph
+    inline = InlineWeights()
+    try:
+        model = load_model_proto(path, files, inline)
+        return parse_model(model, cast_to_float32, override_initializers,
+                           model_folder=model_folder(path), inline_weights=inline)
+    finally:
+        inline.close()
 
 
 class _reading_weights:
@@ -200,33 +216,61 @@ def read_external_array(tensor, folder):
     if info.length is not None and info.length != nbytes:
         raise ModelError(f"{what}: its external data is {info.length} bytes long, but dims "
                          f"{dims} of {_type_name(tensor.data_type)} take {nbytes}")
-    return _read_array(os.path.join(folder, info.location), offset, nbytes, dims, dtype,
-                       f"{what}: its external data", info.location)
+    what = f"{what}: its external data"
+    with _open_inside(folder, info.location, what) as file:
+        return _read_array(file, offset, nbytes, dims, dtype, what, info.location)
 
 
-def _read_array(path, offset, nbytes, dims, dtype, what, shown):
-    """Bytes [offset, offset + nbytes) of the file ``path`` (``shown`` in messages) as a new
+def _open_inside(folder, location, what):
+    """The external data file ``location`` of ``folder`` opened for reading, checked once
+    open: a regular file (a FIFO would block the load), not a symbolic link, and really in
+    ``folder`` (``check_external_data`` looked at the path before; a file swapped for a link
+    since must not be read)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(os.path.join(folder, location), flags)
+    except OSError as exc:
+        raise ModelError(f"{what}: cannot open {location!r} (a regular file in the model's "
+                         f"folder, not a link): {exc.strerror}") from None
+    file = os.fdopen(fd, "rb")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ModelError(f"{what}: {location!r} is not a regular file")
+        opened = f"/proc/self/fd/{fd}"
+        if os.path.islink(opened):  # Linux: where the descriptor really points
+            real_base = os.path.realpath(folder)
+            target = os.path.realpath(opened)
+            if os.path.commonpath([real_base, target]) != real_base:
+                raise ModelError(f"{what}: {location!r} is outside the model's folder "
+                                 f"{folder!r}; move the data file next to the model")
+    except BaseException:
+        file.close()
+        raise
+    return file
+
+
+def _read_array(file, offset, nbytes, dims, dtype, what, shown):
+    """Bytes [offset, offset + nbytes) of the open ``file`` (``shown`` in messages) as a new
     array of ``dims`` and little-endian ``dtype``; the file's size is checked first."""
-    with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        if offset + nbytes > size:
-            raise ModelError(f"{what} is bytes {offset} to {offset + nbytes} of {shown!r}, "
-                             f"which has {size} bytes")
-        array = _allocate(dims, dtype)
-        view = memoryview(array.reshape(-1)).cast("B")
-        file.seek(offset)
-        done = 0
-        while done < nbytes:
-            got = file.readinto(view[done:])
-            if not got:  # the file shrank while it was read
-                raise ModelError(f"{what}: {shown!r} ended at byte {offset + done} "
-                                 f"while it was read")
-            done += got
+    fd = file.fileno()
+    size = os.fstat(fd).st_size
+    if offset + nbytes > size:
+        raise ModelError(f"{what} is bytes {offset} to {offset + nbytes} of {shown!r}, "
+                         f"which has {size} bytes")
+    array = _allocate(dims, dtype)
+    view = memoryview(array.reshape(-1)).cast("B")
+    done = 0
+    while done < nbytes:
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if not got:  # the file shrank while it was read
+            raise ModelError(f"{what}: {shown!r} ended at byte {offset + done} "
+                             f"while it was read")
+        done += got
     return array if dtype.isnative else array.astype(dtype.newbyteorder("="))
 
 
-def _read_inline_array(init, path, offset, length):
-    """An initializer whose raw_data ``weight_ranges.scan`` left in the model file."""
+def _read_inline_array(init, file, offset, length):
+    """An initializer whose raw_data ``weight_ranges.scan`` left in the open model file."""
     what = f'initializer "{init.name}"'
     dims = _tensor_dims(init, what)
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).newbyteorder("<")
@@ -234,8 +278,8 @@ def _read_inline_array(init, path, offset, length):
     if nbytes != length:
         raise ModelError(f"{what} cannot be decoded: its raw data is {length} bytes, but dims "
                          f"{dims} of {_type_name(init.data_type)} take {nbytes}")
-    return _read_array(path, offset, nbytes, dims, dtype, f"{what}: its raw data",
-                       os.path.basename(path))
+    return _read_array(file, offset, nbytes, dims, dtype, f"{what}: its raw data",
+                       os.path.basename(file.name))
 
 
 def file_identity(path):
@@ -263,6 +307,9 @@ def check_external_data(model, base_dir):
                              f"as bytes cannot have; load it from its file")
         info = {entry.key: entry.value for entry in tensor.external_data}
         location = info.get("location", "")
+        if "\x00" in location:
+            raise ModelError(f'tensor "{tensor.name}": external data location {location!r} '
+                             f"holds a NUL byte")
         target = os.path.realpath(os.path.join(real_base, location))
         if os.path.isabs(location) or os.path.commonpath([real_base, target]) != real_base:
             raise ModelError(
@@ -472,7 +519,7 @@ def parse_model(model, cast_to_float32=False, override_initializers=False, model
     a node that would compute in those types is refused by the engine's type check (data
     movement on them is fine).  Initializers in external data files are read from
     ``model_folder`` (``load_model_proto`` checked their locations); without one they are a
-    ModelError.  ``inline_weights``: (model file, ranges) of initializers whose raw_data
+    ModelError.  ``inline_weights``: the ``InlineWeights`` of initializers whose raw_data
     ``load_model_proto`` left in the file.
     """
     onnx_graph = model.graph
@@ -487,12 +534,12 @@ def parse_model(model, cast_to_float32=False, override_initializers=False, model
                              f"{o.domain or 'ai.onnx'!r}; opsets start at 1")
         opsets[normalize_domain(o.domain)] = o.version
     graph = Graph(name=onnx_graph.name or "graph", opsets=opsets)
-    inline_path, inline = inline_weights if inline_weights else (None, ())
+    inline = inline_weights.ranges if inline_weights is not None else ()
     for index, init in enumerate(onnx_graph.initializer):
         _tensor_dims(init, f'initializer "{init.name}"')
         if index < len(inline) and inline[index] is not None:
             with _reading_weights(f'initializer "{init.name}"', "raw data"):
-                graph.constants[init.name] = _read_inline_array(init, inline_path,
+                graph.constants[init.name] = _read_inline_array(init, inline_weights.file,
                                                                 *inline[index])
         else:
             graph.constants[init.name] = _initializer_array(init, model_folder)
