@@ -368,9 +368,10 @@ B, S, H, D = 2, 6, 3, 8
 
 
 def attention(g, scale_at="scores", scale_op="div", k_perm=(0, 2, 3, 1), masks=(),
-              mask_first=False):
+              mask_first=False, nan_guard=None):
     """The exporter's SDPA from q, k, v of shape (B, S, H*D): Reshape, Transpose, MatMul,
-    scale, masks, Softmax, MatMul, Transpose, Reshape."""
+    scale, masks, Softmax, [Where(IsNaN(p), 0, p): ``nan_guard`` is the zero's dims],
+    MatMul, Transpose, Reshape."""
     shape4 = g.c([B, S, H, D], np.int64)
 
     def heads(name, perm):
@@ -404,7 +405,10 @@ def attention(g, scale_at="scores", scale_op="div", k_perm=(0, 2, 3, 1), masks=(
         s = g.op("Div", s, g.c(math.sqrt(D))) if scale_op == "div" else g.op("Mul", s, g.c(c))
     if not mask_first:
         s = apply_masks(s)
-    o = g.op("MatMul", g.op("Softmax", s, axis=-1), v)
+    p = g.op("Softmax", s, axis=-1)
+    if nan_guard is not None:
+        p = g.op("Where", g.op("IsNaN", p), g.c(np.zeros(nan_guard, np.float32)), p)
+    o = g.op("MatMul", p, v)
     g.op("Reshape", g.op("Transpose", o, perm=[0, 2, 1, 3]), g.c([B, S, H * D], np.int64),
          out="y")
 
@@ -456,6 +460,37 @@ def test_attention(scale_at, scale_op, k_perm, masks):
     assert node.param.scale == pytest.approx(want, rel=1e-6)
     assert node.opset == 23
     assert len(node.inputs) == (4 if masks else 3)
+
+
+@pytest.mark.parametrize("zero_dims", [(), (1,)])
+def test_attention_under_the_exporters_nan_guard(zero_dims):
+    """Both PyTorch exporters follow a masked SDPA's softmax with Where(IsNaN(p), 0, p) (a
+    [1] zero from TorchScript, a 0-d one from dynamo): the guard goes with the match, and a
+    row whose every key is masked with -inf is 0 both ways (NaN without the guard)."""
+    g = G()
+    attention(g, masks=("where_inf",), nan_guard=zero_dims)
+    model = used_inputs(g.model(attention_inputs()))
+    feeds = attention_feeds()
+    feeds["keep"][2] = False  # query 2 sees no key
+    feeds = {i.name: feeds[i.name] for i in model.graph.input}
+    rt = load_and_check(model, feeds)
+    assert ops(rt)["Attention"] == 1
+    assert not {"IsNaN", "Where", "Softmax", "MatMul"} & set(ops(rt))
+    y = rt.run(feeds)["y"].reshape(B, S, H, D)
+    assert not np.isnan(y).any() and (y[:, 2] == 0).all()
+
+
+def test_a_nan_guard_read_elsewhere_is_not_matched():
+    """The guard's IsNaN read by another node too: it must stay, and the match with it."""
+    g = G()
+    attention(g, masks=("where_inf",), nan_guard=())
+    isnan = next(n for n in g.nodes if n.op_type == "IsNaN")
+    g.op("Not", isnan.output[0], out="n")
+    model = used_inputs(g.model(attention_inputs(), ["y", "n"]))
+    feeds = attention_feeds()
+    feeds = {i.name: feeds[i.name] for i in model.graph.input}
+    rt = load_and_check(model, feeds)
+    assert "Attention" not in ops(rt) and ops(rt)["IsNaN"] == 1
 
 
 @pytest.mark.parametrize("miss", ["mask_before_scale", "scores_output", "probs_read",

@@ -337,6 +337,28 @@ def test_reshape_with_a_zero_that_would_copy_a_different_dim_is_kept(save_model)
     assert types == ["Reshape", "Reshape"]
 
 
+def test_a_reshape_to_its_input_dims_goes(save_model):
+    """The TorchScript exporter's Reshape after each attention's P V product, its shape
+    from Shape / Gather / Unsqueeze / Concat of the value itself: with free batch and
+    sequence dims, the output has the input's dims and the Reshape goes; a Reshape that
+    moves a dim stays."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Shape", ["r"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["shape", "i2"], ["s"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+             helper.make_node("Unsqueeze", ["s", "ax0"], ["s1"]),
+             helper.make_node("Concat", ["b1", "minus1", "s1", "d"], ["target"], axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["same"]),
+             helper.make_node("Reshape", ["same", "swap"], ["y"])]
+    inits = {"i0": np.array(0), "i2": np.array(2), "ax0": np.array([0]),
+             "minus1": np.array([-1]), "d": np.array([8]), "swap": np.array([0, 0, 8, -1])}
+    m = model(nodes, [("x", ["batch", 3, "seq", 8])], inits)
+    types, log = run(save_model, m, {"x": rand(2, 3, 5, 8)})
+    assert types.count("Reshape") == 1
+    assert "removed no-op Reshape 1" in logged(log, "merge_reshapes")
+
+
 def test_cast_chains_and_no_op_casts(save_model):
     f, d, i32 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32
     nodes = [helper.make_node("Cast", ["x"], ["a"], to=f),        # no-op

@@ -15,6 +15,11 @@ through strides either way.  Otherwise the 4-D (B, H, S, d) form reads Q, K, V a
 K comes from K^T: when K^T is a Transpose, its input read through one Transpose (none when
 that is the identity), else a Transpose of K^T.
 
+The softmax may be followed by the guard both PyTorch exporters write after a masked
+``scaled_dot_product_attention``, Where(IsNaN(p), 0, p): it zeroes the rows whose every key
+is masked with -inf, which the Attention kernel gives as 0 already; it goes with the match
+(a NaN score, which the guard would also turn into a row of zeros, gives NaN in the kernel).
+
 Masks apply after the scale, each broadcasting to (B, H, Sq, Skv) with exactly Skv keys
 (the Attention mask is padded, not broadcast, along the keys).  A lone mask that is the
 causal triangle in an exporter's spelling (causal_mask.py: Trilu of ones, or a comparison
@@ -98,6 +103,22 @@ def _peel_scale(graph, name, matched):
         name, factor = s[0], factor * s[1]
 
 
+def _nan_guard(graph, probs):
+    """([IsNaN, Where], their output) when the softmax output ``probs`` goes through the
+    guard both PyTorch exporters write after a masked scaled_dot_product_attention,
+    Where(IsNaN(p), 0, p); else ([], probs)."""
+    readers = set(graph.consumers(probs))
+    if len(readers) != 2 or graph.is_graph_output(probs):
+        return [], probs
+    isnan = next((n for n in readers if n.domain == "" and n.op_type == "IsNaN"), None)
+    where = None if isnan is None else only_reader(graph, isnan.outputs[0], "Where")
+    if (where is None or where not in readers or where.inputs[0] != isnan.outputs[0]
+            or where.inputs[2] != probs or scalar(graph, where.inputs[1]) != 0.0
+            or dims_of(graph, where.outputs[0]) != dims_of(graph, probs)):
+        return [], probs
+    return [isnan, where], where.outputs[0]
+
+
 class RecognizeAttention(PatternRule):
     """MatMul/scale/mask/Softmax/MatMul to Attention; anchored on the Softmax."""
 
@@ -108,10 +129,11 @@ class RecognizeAttention(PatternRule):
         scores_dims = dims_of(graph, softmax.inputs[0])
         if scores_dims is None or len(scores_dims) != 4 or softmax.param.axis % 4 != 3:
             return False
-        pv = only_reader(graph, softmax.outputs[0], "MatMul")
-        if pv is None or pv.inputs[0] != softmax.outputs[0]:
+        guard, probs = _nan_guard(graph, softmax.outputs[0])
+        pv = only_reader(graph, probs, "MatMul")
+        if pv is None or pv.inputs[0] != probs:
             return False
-        matched, masks = [softmax, pv], []
+        matched, masks = [softmax, *guard, pv], []
         name, scale, scaled = softmax.inputs[0], 1.0, False
         while True:  # back from the softmax: masks, then scales, then the product
             node = graph.producer(name)

@@ -3,6 +3,8 @@ to the type a value already has.
 
     Reshape(Reshape(x, s1), s2)   ==>  Reshape(x, s2)   (s2 constant without 0 entries, or
                                                          0 entries copying dims both share)
+    Reshape(x, s) to x's own dims  ==>  x                (every dim known: the same int or
+                                                         the same free dim's name)
     Cast(Cast(x, T1), T2)         ==>  Cast(x, T2)      when T1 holds every value of x's type
     Cast(x, type of x)            ==>  x
 """
@@ -42,13 +44,24 @@ def cast_target(node):
         return None
 
 
+def _same_known_dims(graph, a, b):
+    """``a`` and ``b`` have the same dims, each known (an int, or a free dim's name)."""
+    da, db = graph.values[a].dims, graph.values[b].dims
+    return (da is not None and db is not None and tuple(da) == tuple(db)
+            and all(d is not None for d in da))
+
+
 class MergeReshapes(RewriteRule):
-    """A Reshape of a Reshape that nothing else reads reshapes the original directly."""
+    """A Reshape of a Reshape that nothing else reads reshapes the original directly; a
+    Reshape to the dims its input has goes (the TorchScript exporter writes one after every
+    attention's P V product, its shape computed from three Shape nodes)."""
 
     name = "merge_reshapes"
     op_types = {("", "Reshape")}
 
     def condition(self, graph, node, ctx):
+        if _same_known_dims(graph, node.inputs[0], node.outputs[0]):
+            return True
         inner = graph.producer(node.inputs[0])
         if inner is None or inner.key != ("", "Reshape") or only_reader(
                 graph, inner.outputs[0]) is not node:
@@ -67,7 +80,14 @@ class MergeReshapes(RewriteRule):
                         and mid[i] is not None for i in zeros))
 
     def apply(self, graph, node, ctx):
+        if _same_known_dims(graph, node.inputs[0], node.outputs[0]):
+            if bypass_node(graph, node):
+                self.details["removed no-op Reshape"] += 1
+                return True
+            return False
         inner = graph.producer(node.inputs[0])
+        if inner is None or inner.key != ("", "Reshape"):
+            return False
         graph.set_input(node, 0, inner.inputs[0])
         graph.remove_node(inner)
         self.details["merged Reshapes"] += 1
