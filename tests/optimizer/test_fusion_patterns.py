@@ -618,6 +618,47 @@ def test_matmul_bias_near_miss_row_bias():
     assert "MatMulBias" not in ops(rt)
 
 
+def _conv1d(g, x, w, b, trans_b, alpha, beta, shape_from_x):
+    """HF GPT-2's Conv1D as the exporter writes it: Reshape(x, (-1, K)), Gemm, Reshape back
+    to x's leading dims (from Shape nodes of x, or constant)."""
+    flat = g.op("Reshape", x, g.c([-1, 16], np.int64))
+    mm = g.op("Gemm", flat, w, b, transB=trans_b, alpha=alpha, beta=beta)
+    if shape_from_x:
+        shape = g.op("Shape", x)
+        lead = g.op("Slice", shape, g.c([0], np.int64), g.c([2], np.int64))
+        target = g.op("Concat", lead, g.c([24], np.int64), axis=0)
+    else:
+        target = g.c([2, 5, 24], np.int64)
+    return g.op("Reshape", mm, target)
+
+
+@pytest.mark.parametrize("trans_b, alpha, beta, shape_from_x, dims", [
+    (0, 1.0, 1.0, True, ["batch", "seq", 16]),
+    (1, 0.5, 2.0, False, [2, 5, 16]),
+])
+def test_reshaped_gemm_becomes_matmul_bias(trans_b, alpha, beta, shape_from_x, dims):
+    """The two Reshapes go and the tanh GELU after the second one fuses as a post-op."""
+    g = G()
+    w = g.c(rand(24, 16) if trans_b else rand(16, 24))
+    y = _conv1d(g, "x", w, g.c(rand(24)), trans_b, alpha, beta, shape_from_x)
+    g.op("Gelu", y, approximate="tanh", out="y")
+    rt = load_and_check(g.model({"x": (F, dims)}, opset=20), {"x": rand(2, 5, 16)})
+    assert ops(rt) == {"MatMulBias": 1}
+    assert rt.result.ops[fused(rt, "MatMulBias")].__dict__.get("post_ops")
+
+
+def test_reshaped_gemm_near_miss_flat_value_read_elsewhere():
+    """The 2-D input of the Gemm is also read by another node: the match would have to
+    keep it, so nothing changes."""
+    g = G()
+    y = _conv1d(g, "x", g.c(rand(16, 24)), g.c(rand(24)), 0, 1.0, 1.0, False)
+    g.op("Identity", y, out="y")
+    flat = next(n for n in g.nodes if n.op_type == "Reshape").output[0]
+    g.op("ReduceSum", flat, out="z")
+    rt = load_and_check(g.model({"x": (F, [2, 5, 16])}, ["y", "z"]), {"x": rand(2, 5, 16)})
+    assert "Gemm" in ops(rt) and "MatMulBias" not in ops(rt)
+
+
 # ---- whole layers ----
 
 @pytest.mark.parametrize("gelu, mask", [("erf", "cast"), ("tanh", "where")])
