@@ -234,6 +234,8 @@ def norm_tail(g, d, var, eps, div):
     std = g.op("Sqrt", g.op("Add", var, g.c(eps)))
     if div == "div":
         return g.op("Div", d, std)
+    if div == "one_over":  # torch.rsqrt as the TorchScript exporter writes it (T5)
+        return g.op("Mul", d, g.op("Div", g.c([1.0]), std))
     return g.op("Mul", g.op("Reciprocal", std), d)
 
 
@@ -250,6 +252,7 @@ def layer_norm(g, x, axes, opset, square="pow", div="div", gamma=None, beta=None
 
 LN_CASES = [  # axes, opset, square, div, gamma shape, beta
     ([-1], 17, "pow", "div", (16,), True),
+    ([-1], 17, "pow", "one_over", (16,), True),
     ([2], 18, "mul", "recip", (16,), True),
     ([-1], 13, "pow", "recip", (1, 1, 16), False),
     ([-2, -1], 18, "pow", "div", (5, 16), True),
@@ -273,7 +276,8 @@ def test_layer_norm(axes, opset, square, div, gamma, beta):
     assert len(node.inputs) == (3 if beta else 2)
 
 
-@pytest.mark.parametrize("opset, square, div", [(17, "pow", "div"), (18, "mul", "recip")])
+@pytest.mark.parametrize("opset, square, div", [(17, "pow", "div"), (18, "mul", "recip"),
+                                                 (17, "pow", "one_over")])
 def test_rms_norm(opset, square, div):
     g = G()
     sq = g.op("Pow", "x", g.c(2.0)) if square == "pow" else g.op("Mul", "x", "x")

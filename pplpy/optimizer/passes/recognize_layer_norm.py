@@ -73,13 +73,17 @@ def _square_of(graph, name):
 
 
 def _divided(graph, num, std):
-    """(nodes, output) of ``num`` / ``std``: Div(num, std), or Mul(num, Reciprocal(std))."""
+    """(nodes, output) of ``num`` / ``std``: Div(num, std), Mul(num, Reciprocal(std)), or
+    Mul(num, Div(1, std)) (T5's RMSNorm as the TorchScript exporter writes
+    torch.rsqrt)."""
     for reader in graph.consumers(std):
         if reader.domain != "":
             continue
         if reader.op_type == "Div" and reader.inputs == (num, std):
             return [reader], reader.outputs[0]
-        if reader.op_type == "Reciprocal":
+        if reader.op_type == "Reciprocal" or (reader.op_type == "Div"
+                                              and reader.inputs[1] == std
+                                              and scalar(graph, reader.inputs[0]) == 1.0):
             mul = only_reader(graph, reader.outputs[0], "Mul")
             if mul is not None and other(mul, reader.outputs[0]) == num:
                 return [reader, mul], mul.outputs[0]
