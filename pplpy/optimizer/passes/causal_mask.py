@@ -4,6 +4,12 @@ write it: recognize_attention then sets Attention's ``is_causal`` instead of pas
     Where(Trilu(ConstantOfShape([Sq, Skv], True), upper=0), s, fill)          keep j <= i
     Where(Less(Unsqueeze(Range(0, n, 1), [1]), Unsqueeze(Range, [0])), fill, s)  mask j > i
     (Greater with its operands swapped; either condition folded to a constant)
+    Where(LessOrEqual(cols, rows), s, fill)  keep j <= i, rows and cols Ranges from 0 along
+                                             the queries' and keys' axes (HF transformers)
+
+Ranges reach their axes through one Unsqueeze or a chain of them.  A constant additive mask
+that is 0 on the triangle and one fill of at most -1e30 above it (all of the above folded)
+counts too.
 
 with a fill of -inf or at most -1e30.  The kernel then never scores a key block that lies
 wholly past the frontier (pplpy's Attention skips them) and reads no mask: GPT-2 as the
@@ -58,32 +64,70 @@ def _range_0_1(graph, name):
     return node
 
 
-def _unsqueezed_range(graph, name, axis):
-    """The Range(0, n, 1) node that ``name`` unsqueezes at ``axis`` (of 2), else None."""
-    node = producer(graph, name, "Unsqueeze")
-    if node is None:
-        return None
-    axes = node.param.axes if node.param is not None else None  # opset 13: an input
+def _unsqueeze_axes(graph, node):
+    """An Unsqueeze node's axes (attribute, or constant input from opset 13), else None."""
+    axes = node.param.axes if node.param is not None else None
     if axes is None and len(node.inputs) > 1:
         value = graph.constants.get(node.inputs[1])
         axes = None if value is None else tuple(int(a) for a in value.reshape(-1))
-    if axes is None or len(axes) != 1 or axes[0] % 2 != axis:
+    return axes
+
+
+def _unsqueezed_range(graph, name, from_end):
+    """The Range(0, n, 1) node whose values ``name`` holds along its axis ``from_end`` (-1:
+    the last axis, -2: the one before), through one or more Unsqueezes (the TorchScript
+    exporter writes one per inserted axis), else None."""
+    chain = []
+    node = producer(graph, name, "Unsqueeze")
+    while node is not None:
+        chain.append(node)
+        src = node.inputs[0]
+        node = producer(graph, src, "Unsqueeze")
+    if not chain:
         return None
-    return _range_0_1(graph, node.inputs[0])
+    rng = _range_0_1(graph, chain[-1].inputs[0])
+    if rng is None:
+        return None
+    position, rank = 0, 1  # the range's axis in the tensor so far
+    for node in reversed(chain):
+        axes = _unsqueeze_axes(graph, node)
+        if axes is None:
+            return None
+        rank += len(axes)
+        inserted = sorted(a % rank for a in axes)
+        if len(set(inserted)) != len(inserted):
+            return None
+        for a in inserted:  # each inserted axis at or before it shifts it right
+            if a <= position:
+                position += 1
+    return rng if position - rank == from_end else None
 
 
-def _range_future(graph, cond):
-    """cond = Less(rows, cols) or Greater(cols, rows) of one Range(0, n, 1) as (n, 1) rows
-    and (1, n) columns: True where j > i."""
-    for op_type, (first, second) in (("Less", (1, 0)), ("Greater", (0, 1))):
+def _range_compare(graph, cond, ops):
+    """cond = op(a, b) for (op, (a axis, b axis)) in ``ops``, a and b Range(0, n, 1)s (one
+    node or two) laid along those axes from the end; the Ranges' lengths are the scores'
+    query and key counts, which ``is_causal_mask`` checks through cond's dims."""
+    for op_type, (first, second) in ops:
         node = producer(graph, cond, op_type)
         if node is None:
             continue
-        a = _unsqueezed_range(graph, node.inputs[0], first)
-        b = _unsqueezed_range(graph, node.inputs[1], second)
-        if a is not None and a is b:
+        if (_unsqueezed_range(graph, node.inputs[0], first) is not None
+                and _unsqueezed_range(graph, node.inputs[1], second) is not None):
             return True
     return False
+
+
+def _range_future(graph, cond):
+    """cond = Less(rows, cols) or Greater(cols, rows) of Ranges over the queries (rows) and
+    keys (columns): True where j > i."""
+    return _range_compare(graph, cond, (("Less", (-2, -1)), ("Greater", (-1, -2))))
+
+
+def _range_allowed(graph, cond):
+    """cond = LessOrEqual(cols, rows) or GreaterOrEqual(rows, cols) (HF transformers' mask
+    functions): True where j <= i."""
+    return _range_compare(graph, cond, (("LessOrEqual", (-1, -2)),
+                                        ("GreaterOrEqual", (-2, -1))))
 
 
 def _constant_triangle(graph, cond, keep):
@@ -96,9 +140,28 @@ def _constant_triangle(graph, cond, keep):
     return bool((value == tri).all())
 
 
+def _additive_triangle(graph, name):
+    """``name`` is a constant additive mask: 0 on and below the diagonal of its last two
+    axes and one fill of at most -1e30 above it (a causal Where folded with its inputs)."""
+    value = graph.constants.get(name)
+    if (value is None or value.dtype != np.float32 or value.ndim < 2
+            or value.shape[-1] < 2 or value.shape[-2] < 2):
+        return False
+    rows, cols = value.shape[-2:]
+    keep = np.tril(np.ones((rows, cols), bool))
+    fill = value[..., 0, 1].reshape(-1)[0]
+    return bool(fill <= -1e30 and (value[..., keep] == 0).all()
+                and (value[..., ~keep] == fill).all())
+
+
 def is_causal_mask(graph, mask, scores_dims):
-    """Whether ``mask`` (recognize_attention's ("where", cond, fill, keep)) masks exactly the
-    keys past each query's position on scores of ``scores_dims`` (B, H, Sq, Skv)."""
+    """Whether ``mask`` (recognize_attention's ("where", cond, fill, keep), or ("add", m) for
+    a constant m) masks exactly the keys past each query's position on scores of
+    ``scores_dims`` (B, H, Sq, Skv)."""
+    if mask[0] == "add":
+        md = dims_of(graph, mask[1])
+        return (md is not None and len(md) >= 2 and same_dim(md[-2], scores_dims[2])
+                and same_dim(md[-1], scores_dims[3]) and _additive_triangle(graph, mask[1]))
     if mask[0] != "where":
         return False
     _, cond, fill, keep = mask
@@ -109,4 +172,6 @@ def is_causal_mask(graph, mask, scores_dims):
         return False  # a broadcast row would not be the triangle
     if _constant_triangle(graph, cond, keep):
         return True
-    return _trilu_allowed(graph, cond) if keep else _range_future(graph, cond)
+    if keep:
+        return _trilu_allowed(graph, cond) or _range_allowed(graph, cond)
+    return _range_future(graph, cond)

@@ -23,7 +23,10 @@ is masked with -inf, which the Attention kernel gives as 0 already; it goes with
 Masks apply after the scale, each broadcasting to (B, H, Sq, Skv) with exactly Skv keys
 (the Attention mask is padded, not broadcast, along the keys).  A lone mask that is the
 causal triangle in an exporter's spelling (causal_mask.py: Trilu of ones, or a comparison
-of two Ranges, or a constant triangle) becomes ``is_causal`` instead.  One additive float mask is
+of two Ranges, or a constant triangle) becomes ``is_causal`` instead; so does the causal
+part of an And of masks with a -inf fill (HF transformers' causal and padding masks), the
+rest staying a mask.  An additive mask made by Where(cond, 0, fill) counts as the Where
+mask it is.  One additive float mask is
 passed as is; one Where(cond, s, -inf) passes cond as the boolean mask; otherwise the masks
 are combined into one additive mask (Where(cond, mask, fill), Add).  A Where fill must be
 -inf or at most -1e30 (PyTorch's finfo.min): then s + fill == fill in float32 for every
@@ -77,7 +80,7 @@ def _masks(graph, node, scores_dims, masks):
         for s, m in (node.inputs, node.inputs[::-1]):
             if (dims_of(graph, s) == scores_dims and is_float32(graph, m)
                     and _mask_fits(dims_of(graph, m), scores_dims)):
-                masks.append(("add", m))
+                masks.append(_where_of_additive(graph, m) or ("add", m))
                 return s
         return None
     if node.op_type == "Where":
@@ -89,6 +92,63 @@ def _masks(graph, node, scores_dims, masks):
                 masks.append(("where", cond, fill, keep))
                 return s
     return None
+
+
+def _where_of_additive(graph, m):
+    """An additive mask made by Where(cond, 0, fill) (Where(cond, fill, 0)) with a fill of
+    -inf or at most -1e30, as the mask ("where", cond, fill, keep) it is (see above); else
+    None.  The Where stays for its other readers (one mask serves every layer)."""
+    node = producer(graph, m, "Where")
+    if node is None:
+        return None
+    cond, a, b = node.inputs
+    for zero, f, keep in ((a, b, True), (b, a, False)):
+        fill = scalar(graph, f)
+        if (scalar(graph, zero) == 0.0 and fill is not None and fill <= HUGE_FILL
+                and dims_of(graph, cond) == dims_of(graph, m)):
+            return ("where", cond, fill, keep)
+    return None
+
+
+def _and_leaves(graph, cond, leaves):
+    """The operands of the tree of Ands writing ``cond``, all True constants left out, seen
+    through Expand (a leaf broadcasting to the scores gives what its expansion gives; the
+    caller checks that each leaf does)."""
+    expand = producer(graph, cond, "Expand")
+    if expand is not None:
+        return _and_leaves(graph, expand.inputs[0], leaves)
+    node = producer(graph, cond, "And")
+    if node is None:
+        value = graph.constants.get(cond)
+        if value is None or value.dtype != np.bool_ or not value.all():
+            leaves.append(cond)
+        return leaves
+    for name in node.inputs:
+        _and_leaves(graph, name, leaves)
+    return leaves
+
+
+def _causal_part(graph, masks, scores_dims):
+    """(masks without the causal triangle, whether it was there).  A lone mask that is the
+    triangle goes (its fill then does not matter: no row is masked whole).  With a fill of
+    -inf, a mask whose condition is And(causal, padding, True ...) (HF transformers' causal
+    mask combined with the attention_mask) splits into is_causal and the padding mask: the
+    same probabilities exactly, rows masked whole included."""
+    if len(masks) == 1 and is_causal_mask(graph, masks[0], scores_dims):
+        return [], True
+    for index, mask in enumerate(masks):
+        if mask[0] != "where" or mask[2] != -math.inf or not mask[3]:
+            continue
+        leaves = _and_leaves(graph, mask[1], [])
+        causal = [leaf for leaf in leaves
+                  if is_causal_mask(graph, ("where", leaf, mask[2], True), scores_dims)]
+        rest = [leaf for leaf in leaves if leaf not in causal]
+        if len(causal) != 1 or not all(_mask_fits(dims_of(graph, leaf), scores_dims)
+                                       and dims_of(graph, leaf) is not None for leaf in rest):
+            continue
+        return (masks[:index] + [("where", leaf, mask[2], True) for leaf in rest]
+                + masks[index + 1:]), True
+    return masks, False
 
 
 def _peel_scale(graph, name, matched):
@@ -180,9 +240,8 @@ class RecognizeAttention(PatternRule):
             k = self._untransposed(graph, kt, new_nodes)
         else:
             return False
-        causal = len(masks) == 1 and is_causal_mask(graph, masks[0], scores_dims)
+        masks, causal = _causal_part(graph, masks, scores_dims)
         if causal:  # the triangle as is_causal: key blocks past it are never scored
-            masks = []
             param = dataclasses.replace(param, is_causal=1)
         mask = self._one_mask(graph, masks[::-1], new_nodes)
         inputs = [q, k, v] + ([mask] if mask else [])
