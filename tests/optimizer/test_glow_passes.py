@@ -359,6 +359,31 @@ def test_a_reshape_to_its_input_dims_goes(save_model):
     assert "removed no-op Reshape 1" in logged(log, "merge_reshapes")
 
 
+@pytest.mark.parametrize("places", [(0, 1), (1, 0)])
+def test_a_reshape_shaped_by_its_own_dims(save_model, places):
+    """The exporter's head split, Reshape(r, Concat(dim 0 of r, dim 1 of r, 3, 4)): its
+    shape becomes the constant (0, 0, 3, 4) and the Shape nodes go; dims taken from
+    other places (swapped) are not copies and stay computed."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Shape", ["r"], ["shape"])]
+    pieces = []
+    for place, k in enumerate(places):
+        nodes += [helper.make_node("Gather", ["shape", f"i{k}"], [f"g{place}"], axis=0),
+                  helper.make_node("Unsqueeze", [f"g{place}", "ax0"], [f"u{place}"])]
+        pieces.append(f"u{place}")
+    nodes += [helper.make_node("Concat", pieces + ["three", "four"], ["target"], axis=0),
+              helper.make_node("Reshape", ["r", "target"], ["y"])]
+    inits = {"i0": np.array(0), "i1": np.array(1), "ax0": np.array([0]),
+             "three": np.array([3]), "four": np.array([4])}
+    dims = ["batch", "seq", 12] if places == (0, 1) else ["n", "n", 12]
+    m = model(nodes, [("x", dims)], inits)
+    types, log = run(save_model, m, {"x": rand(5, 5, 12)})
+    own = places == (0, 1)
+    assert ("Shape" in types) != own
+    if own:
+        assert "Reshape shapes from the input's own dims 1" in logged(log, "merge_reshapes")
+
+
 def test_cast_chains_and_no_op_casts(save_model):
     f, d, i32 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32
     nodes = [helper.make_node("Cast", ["x"], ["a"], to=f),        # no-op

@@ -5,6 +5,9 @@ to the type a value already has.
                                                          0 entries copying dims both share)
     Reshape(x, s) to x's own dims  ==>  x                (every dim known: the same int or
                                                          the same free dim's name)
+    Reshape(x, Concat(.., Unsqueeze(Gather(Shape(x), k)) at place k, ..))
+                                   ==>  Reshape(x, (.., 0, ..))  0 copies x's dim k; once
+                                        every piece is constant the shape is a constant
     Cast(Cast(x, T1), T2)         ==>  Cast(x, T2)      when T1 holds every value of x's type
     Cast(x, type of x)            ==>  x
 """
@@ -14,7 +17,7 @@ from onnx import TensorProto
 from pplpy.common.data_type import DataType
 from pplpy.ir.graph import bypass_node
 from pplpy.optimizer.pass_base import RewriteRule
-from pplpy.optimizer.passes.queries import constant, int_list, only_reader
+from pplpy.optimizer.passes.queries import constant, int_list, only_reader, shape_constant
 
 # A -> the types that represent every value of A exactly (so A -> T1 -> T2 is A -> T2).
 _F, _D, _H = DataType.FLOAT32, DataType.FLOAT64, DataType.FLOAT16
@@ -51,16 +54,68 @@ def _same_known_dims(graph, a, b):
             and all(d is not None for d in da))
 
 
+def _own_dim_index(graph, piece, x):
+    """k when ``piece`` is dim k of ``x`` as one int64 value: Unsqueeze(Gather(Shape(x), k),
+    [0]) or Gather(Shape(x), [k]), Shape without start / end; else None."""
+    node = graph.producer(piece)
+    if node is not None and node.key == ("", "Unsqueeze"):
+        axes = node.param.axes if node.param is not None else None
+        if axes is None and len(node.inputs) > 1:
+            value = constant(graph, node.inputs[1])
+            axes = None if value is None else int_list(value)
+        if axes is None or list(axes) != [0]:
+            return None
+        node = graph.producer(node.inputs[0])
+    if node is None or node.key != ("", "Gather") or (node.param is not None
+                                                      and node.param.axis != 0):
+        return None
+    shape = graph.producer(node.inputs[0])
+    index = constant(graph, node.inputs[1])
+    if (shape is None or shape.key != ("", "Shape") or shape.inputs[0] != x or index is None
+            or index.size != 1 or (shape.param is not None
+                                   and (shape.param.start or shape.param.end is not None))):
+        return None
+    return int(index.reshape(-1)[0])
+
+
+def _self_shape(graph, node):
+    """The constant shape for Reshape ``node`` (allowzero 0) whose shape is a Concat of
+    constants and of its own input's dims at their own places (as 0), else None."""
+    x, shape = node.inputs[0], node.inputs[1]
+    concat = graph.producer(shape)
+    rank = graph.values[x].dims
+    if (concat is None or concat.key != ("", "Concat") or rank is None
+            or getattr(node.param, "allowzero", 0) or concat.param.axis not in (0, -1)):
+        return None
+    pieces, own = [], 0
+    for place, piece in enumerate(concat.inputs):
+        value = constant(graph, piece)
+        if value is not None and value.size == 1 and value.ndim <= 1:
+            pieces.append(int(value.reshape(-1)[0]))
+            continue
+        k = _own_dim_index(graph, piece, x)
+        if k is None or k % len(rank) != place or place >= len(rank):
+            return None
+        pieces.append(0)
+        own += 1
+    return pieces if own else None
+
+
 class MergeReshapes(RewriteRule):
     """A Reshape of a Reshape that nothing else reads reshapes the original directly; a
     Reshape to the dims its input has goes (the TorchScript exporter writes one after every
-    attention's P V product, its shape computed from three Shape nodes)."""
+    attention's P V product, its shape computed from three Shape nodes); a shape made of
+    the input's own dims at their places becomes a constant with 0s there (the exporter's
+    head split and merge read Shape of the value they reshape: those Shape readers kept the
+    attention's head split from being matched)."""
 
     name = "merge_reshapes"
     op_types = {("", "Reshape")}
 
     def condition(self, graph, node, ctx):
         if _same_known_dims(graph, node.inputs[0], node.outputs[0]):
+            return True
+        if _self_shape(graph, node) is not None:
             return True
         inner = graph.producer(node.inputs[0])
         if inner is None or inner.key != ("", "Reshape") or only_reader(
@@ -85,6 +140,11 @@ class MergeReshapes(RewriteRule):
                 self.details["removed no-op Reshape"] += 1
                 return True
             return False
+        own = _self_shape(graph, node)
+        if own is not None:
+            graph.set_input(node, 1, shape_constant(graph, own, node))
+            self.details["Reshape shapes from the input's own dims"] += 1
+            return True
         inner = graph.producer(node.inputs[0])
         if inner is None or inner.key != ("", "Reshape"):
             return False
