@@ -466,6 +466,19 @@ def test_attention(scale_at, scale_op, k_perm, masks):
     assert len(node.inputs) == (4 if masks else 3)
 
 
+def test_attention_head_split_through_two_transposes():
+    """K^T as the dynamo exporter writes it, the head split's Transpose then one of the last
+    two axes: they compose to the split's (0, 2, 3, 1), and the 3-D form takes them."""
+    g = G()
+    attention(g, k_perm=(0, 1, 3, 2))
+    model = used_inputs(g.model(attention_inputs()))
+    feeds = attention_feeds()
+    feeds = {i.name: feeds[i.name] for i in model.graph.input}
+    rt = load_and_check(model, feeds)
+    node = fused(rt, "Attention")
+    assert node.param.q_num_heads == H and not {"Transpose", "Reshape"} & set(ops(rt))
+
+
 @pytest.mark.parametrize("zero_dims", [(), (1,)])
 def test_attention_under_the_exporters_nan_guard(zero_dims):
     """Both PyTorch exporters follow a masked SDPA's softmax with Where(IsNaN(p), 0, p) (a

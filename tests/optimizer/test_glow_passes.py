@@ -384,6 +384,25 @@ def test_a_reshape_shaped_by_its_own_dims(save_model, places):
         assert "Reshape shapes from the input's own dims 1" in logged(log, "merge_reshapes")
 
 
+@pytest.mark.parametrize("back_to", [[2, 3, 8, 5], [2, 3, 40]])
+def test_a_transpose_of_the_last_two_axes_through_3d(save_model, back_to):
+    """The dynamo exporter's K^T: Reshape to (-1, 5, 8), Transpose (0, 2, 1), Reshape back
+    to x's dims with the last two swapped is one Transpose; reshaped to anything else, the
+    chain stays."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Reshape", ["r", "flat"], ["f"]),
+             helper.make_node("Transpose", ["f"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["t", "back"], ["y"])]
+    inits = {"flat": np.array([-1, 5, 8]), "back": np.array(back_to)}
+    types, log = run(save_model, model(nodes, [("x", [2, 3, 5, 8])], inits),
+                     {"x": rand(2, 3, 5, 8)})
+    if len(back_to) == 4:
+        assert types == ["Relu", "Transpose"]
+        assert "3-D transposes of 4-D values 1" in logged(log, "merge_reshapes")
+    else:
+        assert types.count("Transpose") == 1 and types.count("Reshape") == 2
+
+
 def test_cast_chains_and_no_op_casts(save_model):
     f, d, i32 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32
     nodes = [helper.make_node("Cast", ["x"], ["a"], to=f),        # no-op

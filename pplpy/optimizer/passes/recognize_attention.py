@@ -25,8 +25,8 @@ Masks apply after the scale, each broadcasting to (B, H, Sq, Skv) with exactly S
 causal triangle in an exporter's spelling (causal_mask.py: Trilu of ones, or a comparison
 of two Ranges, or a constant triangle) becomes ``is_causal`` instead; so does the causal
 part of an And of masks with a -inf fill (HF transformers' causal and padding masks), the
-rest staying a mask.  An additive mask made by Where(cond, 0, fill) counts as the Where
-mask it is.  One additive float mask is
+rest staying a mask (an additive mask made by Where(cond, 0, fill) is looked at as the
+Where mask it is; unsplit, it is passed as it is, one mask for every layer).  One additive float mask is
 passed as is; one Where(cond, s, -inf) passes cond as the boolean mask; otherwise the masks
 are combined into one additive mask (Where(cond, mask, fill), Add).  A Where fill must be
 -inf or at most -1e30 (PyTorch's finfo.min): then s + fill == fill in float32 for every
@@ -80,7 +80,7 @@ def _masks(graph, node, scores_dims, masks):
         for s, m in (node.inputs, node.inputs[::-1]):
             if (dims_of(graph, s) == scores_dims and is_float32(graph, m)
                     and _mask_fits(dims_of(graph, m), scores_dims)):
-                masks.append(_where_of_additive(graph, m) or ("add", m))
+                masks.append(("add", m))
                 return s
         return None
     if node.op_type == "Where":
@@ -134,10 +134,15 @@ def _causal_part(graph, masks, scores_dims):
     -inf, a mask whose condition is And(causal, padding, True ...) (HF transformers' causal
     mask combined with the attention_mask) splits into is_causal and the padding mask: the
     same probabilities exactly, rows masked whole included."""
-    if len(masks) == 1 and is_causal_mask(graph, masks[0], scores_dims):
+    def as_where(mask):
+        return _where_of_additive(graph, mask[1]) if mask[0] == "add" else mask
+
+    if len(masks) == 1 and any(m is not None and is_causal_mask(graph, m, scores_dims)
+                               for m in (masks[0], as_where(masks[0]))):
         return [], True
     for index, mask in enumerate(masks):
-        if mask[0] != "where" or mask[2] != -math.inf or not mask[3]:
+        mask = as_where(mask)
+        if mask is None or mask[2] != -math.inf or not mask[3]:
             continue
         leaves = _and_leaves(graph, mask[1], [])
         causal = [leaf for leaf in leaves
@@ -253,12 +258,25 @@ class RecognizeAttention(PatternRule):
 
     @staticmethod
     def _split_of(graph, name, perm):
-        """(x, heads, Transpose, Reshape) when ``name`` is Transpose(``perm``) of a Reshape
-        of 3-D x (B, S, H*d) to (B, S, H, d), H and d known; else None."""
-        t = producer(graph, name, "Transpose")
-        if t is None or t.param.perm is None or tuple(t.param.perm) != perm:
+        """(x, heads, [Transposes], Reshape) when ``name`` is Transpose(``perm``) of a Reshape
+        of 3-D x (B, S, H*d) to (B, S, H, d), H and d known; else None.  The Transpose may
+        be two in a row that compose to ``perm`` (the dynamo exporter's K^T: the head split,
+        then its own transpose of the last two axes)."""
+        transposes, composed, src = [], None, name
+        while len(transposes) < 2:
+            t = producer(graph, src, "Transpose")
+            if t is None or t.param.perm is None or len(t.param.perm) != 4 or (
+                    transposes and only_reader(graph, src, "Transpose") is not transposes[-1]):
+                break
+            p = tuple(t.param.perm)
+            composed = p if composed is None else tuple(p[i] for i in composed)
+            transposes.append(t)
+            src = t.inputs[0]
+            if composed == perm:
+                break
+        if composed != perm:
             return None
-        r = producer(graph, t.inputs[0], "Reshape")
+        r = producer(graph, src, "Reshape")
         if r is None:
             return None
         xd, rd = dims_of(graph, r.inputs[0]), dims_of(graph, r.outputs[0])
@@ -268,12 +286,13 @@ class RecognizeAttention(PatternRule):
             return None
         if not all(isinstance(d, int) for d in (xd[2], rd[2], rd[3])) or xd[2] != rd[2] * rd[3]:
             return None
-        return r.inputs[0], rd[2], t, r
+        return r.inputs[0], rd[2], transposes, r
 
     def _head_split(self, graph, q, kt, v, out):
         """(q3, k3, v3, y3, nodes, heads) when Q, K^T, V are head splits of 3-D projections
         (K^T through perm (0, 2, 3, 1)) and the product's only path out is the inverse
-        (Transpose (0, 2, 1, 3), Reshape to (B, Sq, H*dv)); ``nodes`` are those eight."""
+        (Transpose (0, 2, 1, 3), Reshape to (B, Sq, H*dv)); ``nodes`` are those eight (or
+        nine)."""
         qs = self._split_of(graph, q, (0, 2, 1, 3))
         ks = self._split_of(graph, kt, (0, 2, 3, 1))
         vs = self._split_of(graph, v, (0, 2, 1, 3))
@@ -289,7 +308,7 @@ class RecognizeAttention(PatternRule):
             return None
         if not (same_dim(yd[0], od[0]) and same_dim(yd[1], od[2]) and yd[2] == od[1] * od[3]):
             return None
-        nodes = [qs[2], qs[3], ks[2], ks[3], vs[2], vs[3], t, r]
+        nodes = [*qs[2], qs[3], *ks[2], ks[3], *vs[2], vs[3], t, r]
         return qs[0], ks[0], vs[0], r.outputs[0], nodes, qs[1]
 
     def _untransposed(self, graph, kt, new_nodes):

@@ -5,6 +5,9 @@ to the type a value already has.
                                                          0 entries copying dims both share)
     Reshape(x, s) to x's own dims  ==>  x                (every dim known: the same int or
                                                          the same free dim's name)
+    Reshape(Transpose(Reshape(x, (-1, m, n)), (0, 2, 1)), x's dims with the last two swapped)
+                                   ==>  Transpose(x, last two axes swapped)  (x rank >= 3
+                                        ending in (m, n): the dynamo exporter's K^T)
     Reshape(x, Concat(.., Unsqueeze(Gather(Shape(x), k)) at place k, ..))
                                    ==>  Reshape(x, (.., 0, ..))  0 copies x's dim k; once
                                         every piece is constant the shape is a constant
@@ -15,9 +18,13 @@ to the type a value already has.
 from onnx import TensorProto
 
 from pplpy.common.data_type import DataType
-from pplpy.ir.graph import bypass_node
+
+from pplpy.ir.graph import Node, bypass_node
 from pplpy.optimizer.pass_base import RewriteRule
 from pplpy.optimizer.passes.queries import constant, int_list, only_reader, shape_constant
+from pplpy.params.onnx import TransposeParam
+
+TRANSPOSE_OPSET = 13
 
 # A -> the types that represent every value of A exactly (so A -> T1 -> T2 is A -> T2).
 _F, _D, _H = DataType.FLOAT32, DataType.FLOAT64, DataType.FLOAT16
@@ -101,6 +108,29 @@ def _self_shape(graph, node):
     return pieces if own else None
 
 
+def _batched_transpose(graph, node):
+    """(x, [the Transpose and inner Reshape]) when Reshape ``node`` ends
+    Reshape(Transpose(Reshape(x, (-1, m, n)), (0, 2, 1)), ...) back to x's dims with the
+    last two swapped, the inner values read only along the chain; else None."""
+    t = graph.producer(node.inputs[0])
+    if (t is None or t.key != ("", "Transpose") or t.param is None
+            or tuple(t.param.perm or ()) != (0, 2, 1)
+            or only_reader(graph, t.outputs[0]) is not node):
+        return None
+    inner = graph.producer(t.inputs[0])
+    if (inner is None or inner.key != ("", "Reshape")
+            or only_reader(graph, inner.outputs[0]) is not t):
+        return None
+    x = inner.inputs[0]
+    xd, md, od = (graph.values[n].dims for n in (x, inner.outputs[0], node.outputs[0]))
+    if xd is None or md is None or od is None or len(xd) < 3 or len(md) != 3:
+        return None
+    want = tuple(xd[:-2]) + (xd[-1], xd[-2])
+    if any(d is None for d in xd) or tuple(md[1:]) != tuple(xd[-2:]) or tuple(od) != want:
+        return None  # (the element count then makes md[0] the product of x's leading dims)
+    return x, [t, inner]
+
+
 class MergeReshapes(RewriteRule):
     """A Reshape of a Reshape that nothing else reads reshapes the original directly; a
     Reshape to the dims its input has goes (the TorchScript exporter writes one after every
@@ -115,7 +145,7 @@ class MergeReshapes(RewriteRule):
     def condition(self, graph, node, ctx):
         if _same_known_dims(graph, node.inputs[0], node.outputs[0]):
             return True
-        if _self_shape(graph, node) is not None:
+        if _self_shape(graph, node) is not None or _batched_transpose(graph, node):
             return True
         inner = graph.producer(node.inputs[0])
         if inner is None or inner.key != ("", "Reshape") or only_reader(
@@ -140,6 +170,17 @@ class MergeReshapes(RewriteRule):
                 self.details["removed no-op Reshape"] += 1
                 return True
             return False
+        batched = _batched_transpose(graph, node)
+        if batched is not None:
+            x, chain = batched
+            rank = len(graph.values[x].dims)
+            perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+            out = node.outputs[0]
+            graph.remove_nodes([node, *chain])
+            graph.add_node(Node(graph.unique_name(f"{node.name}/transpose"), "Transpose", "",
+                                TRANSPOSE_OPSET, [x], [out], TransposeParam(perm=perm)))
+            self.details["3-D transposes of 4-D values"] += 1
+            return True
         own = _self_shape(graph, node)
         if own is not None:
             graph.set_input(node, 1, shape_constant(graph, own, node))
