@@ -422,3 +422,97 @@ def shufflenetv2_block(split="split", channels=48, size=14, batch=1, seed=3):
     return g.model([helper.make_tensor_value_info("input", FLOAT, shape)],
                    [helper.make_tensor_value_info("output", FLOAT, shape)],
                    "shufflenetv2_block")
+
+
+# ---- HF transformers 5 GPT-2 as torch.onnx.export (TorchScript, opset 17) writes it ----
+
+
+def _own_dims(g, x, *keep):
+    """Concat(dims ``keep`` of ``x`` read by Shape / Gather / Unsqueeze, ...): the exporter's
+    shape pieces taken from the value being reshaped itself."""
+    shape = g.node("Shape", [x])
+    return [g.node("Unsqueeze", [g.node("Gather", [shape, g.const(k, np.int64)], axis=0),
+                                 g.const([0], np.int64)]) for k in keep]
+
+
+def _conv1d(g, x, prefix, n_in, n_out):
+    """HF's Conv1D: Reshape(x, (-1, n_in)), Gemm(W, b), Reshape back to x's leading dims."""
+    w = g.weight(f"{prefix}.weight", (n_in, n_out))
+    b = g.weight(f"{prefix}.bias", (n_out,), scale=0.1)
+    flat = g.node("Reshape", [x, g.const([-1, n_in], np.int64)])
+    lead = _own_dims(g, x, 0, 1)
+    y = g.node("Gemm", [flat, w, b], alpha=1.0, beta=1.0, transB=0)
+    return g.node("Reshape", [y, g.node("Concat", [*lead, g.const([n_out], np.int64)],
+                                        axis=0)])
+
+
+def _hf_causal_padding_mask(g, ids, attn):
+    """transformers 5's SDPA mask: LessOrEqual(key index, query index) (Ranges unsqueezed one
+    axis at a time), And a True scalar, And the padding (attention_mask as bool), Expand to
+    (B, 1, S, T), then Where(mask, 0, -inf) as an additive mask."""
+    def index(of, axis, inserted):
+        n = g.node("Gather", [g.node("Shape", [of]), g.const(axis, np.int64)], axis=0)
+        r = g.node("Range", [g.const(0, np.int64), n, g.const(1, np.int64)])
+        for a in inserted:
+            r = g.node("Unsqueeze", [r, g.const([a], np.int64)])
+        return r
+
+    kv, q = index(attn, 1, (0, 1, 2)), index(ids, 1, (0, 1, 3))
+    true = g.node("ConstantOfShape", [g.const(np.zeros(0, np.int64), np.int64)],
+                  value=helper.make_tensor("value", TensorProto.BOOL, [1], [True]))
+    causal = g.node("And", [true, g.node("LessOrEqual", [kv, q])])
+    padding = g.node("Reshape", [g.node("Cast", [attn], to=TensorProto.BOOL),
+                                 g.concat_shape(g.dim(attn, 0), 1, 1, -1)])
+    mask = g.node("Expand", [g.node("And", [causal, padding]),
+                             g.concat_shape(g.dim(ids, 0), 1, g.dim(ids, 1), g.dim(attn, 1))])
+    return g.node("Where", [mask, g.const([0.0]), g.const([-math.inf])])
+
+
+def _hf_gpt2_block(g, x, additive, hidden, heads, prefix):
+    d = hidden // heads
+    h = g.layer_norm(x, f"{prefix}ln_1", hidden, "fused")
+    qkv = _conv1d(g, h, f"{prefix}attn.c_attn", hidden, 3 * hidden)
+    q, k, v = g.node("Split", [qkv, g.const([hidden] * 3, np.int64)], num_outputs=3, axis=2)
+
+    def split(t):
+        shape = g.node("Concat", [*_own_dims(g, t, 0, 1), g.const([heads], np.int64),
+                                  g.const([d], np.int64)], axis=0)
+        return g.node("Transpose", [g.node("Reshape", [t, shape])], perm=[0, 2, 1, 3])
+
+    root = g.const([d ** -0.25])  # SDPA's scale, a square root on each of Q and K^T
+    q4 = g.node("Mul", [split(q), root])
+    kt = g.node("Mul", [g.node("Transpose", [split(k)], perm=[0, 1, 3, 2]), root])
+    probs = g.node("Softmax", [g.node("Add", [g.node("MatMul", [q4, kt]), additive])],
+                   axis=-1)
+    probs = g.node("Where", [g.node("IsNaN", [probs]), g.const([0.0]), probs])
+    y = g.node("Transpose", [g.node("MatMul", [probs, split(v)])], perm=[0, 2, 1, 3])
+    y = g.node("Reshape", [y, g.node("Concat", [*_own_dims(g, y, 0, 1),
+                                                g.const([-1], np.int64)], axis=0)])
+    x = g.node("Add", [x, _conv1d(g, y, f"{prefix}attn.c_proj", hidden, hidden)])
+    h = g.layer_norm(x, f"{prefix}ln_2", hidden, "fused")
+    h = g.gelu(_conv1d(g, h, f"{prefix}mlp.c_fc", hidden, 4 * hidden), "tanh")
+    return g.node("Add", [x, _conv1d(g, h, f"{prefix}mlp.c_proj", 4 * hidden, hidden)])
+
+
+def hf_gpt2_model(layers=2, hidden=64, heads=4, vocab=100, max_pos=128, seed=1):
+    """GPT-2 as HF transformers 5 (SDPA attention) exported by torch.onnx.export with the
+    TorchScript exporter writes it: Conv1D as Reshape / Gemm / Reshape, head split and merge
+    reshaped by the values' own Shape, the causal and padding mask combined by And into a
+    -inf additive mask, the NaN guard after the softmax.  Inputs input_ids and
+    attention_mask [batch, seq] int64; output ``output`` [batch, seq, hidden]."""
+    g = GraphBuilder(seed)
+    ids, attn = "input_ids", "attention_mask"
+    seq_scalar = g.node("Gather", [g.node("Shape", [ids]), g.const(1, np.int64)], axis=0)
+    wte = g.weight("wte.weight", (vocab, hidden), scale=0.5)
+    wpe = g.weight("wpe.weight", (max_pos, hidden), scale=0.1)
+    positions = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
+    pos = g.node("Unsqueeze", [positions, g.const([0], np.int64)])
+    x = g.node("Add", [g.node("Gather", [wte, ids]), g.node("Gather", [wpe, pos])])
+    additive = _hf_causal_padding_mask(g, ids, attn)
+    for i in range(layers):
+        x = _hf_gpt2_block(g, x, additive, hidden, heads, f"h.{i}.")
+    _output(g, g.layer_norm(x, "ln_f", hidden, "fused"))
+    return g.model(
+        [helper.make_tensor_value_info(ids, INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info(attn, INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("output", FLOAT, ["batch", "seq", hidden])], "gpt2_hf")

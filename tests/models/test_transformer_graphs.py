@@ -74,3 +74,32 @@ def test_transformer_layer_threads(build, make_feeds):
     one = pplpy.load(model.SerializeToString(), num_threads=1).run(feeds)["output"]
     two = pplpy.load(model.SerializeToString(), num_threads=2).run(feeds)["output"]
     assert_close(two, one)
+
+
+def hf_gpt2_feeds(rng, batch, seq):
+    """Left padding, as batched generation pads: sample i's first i tokens are padding
+    (its first queries see no key at all: rows masked whole)."""
+    mask = np.ones((batch, seq), np.int64)
+    for i in range(1, batch):
+        mask[i, :i] = 0
+    return {"input_ids": rng.integers(0, 100, (batch, seq), dtype=np.int64),
+            "attention_mask": mask}
+
+
+def test_hf_gpt2_as_the_torchscript_exporter_writes_it(isa):
+    """Every spelling of HF transformers 5's GPT-2 export fuses (graph_builders.
+    hf_gpt2_model): one causal PackedAttention per layer with the padding as its mask,
+    four MatMulBias per layer (the tanh GELU in the third's epilogue), nothing of the
+    Conv1D Reshapes, the head split, the mask's triangle or the NaN guard left."""
+    rt = run_shapes(gb.hf_gpt2_model(), hf_gpt2_feeds, isa)
+    nodes = [n for n in rt.graph.nodes if n.op_type not in ("Reorder",)]
+    types = [n.op_type for n in nodes]
+    attention = [n for n in nodes if n.op_type == "PackedAttention"]
+    assert len(attention) == 2 and all(n.param.is_causal == 1 and len(n.inputs) == 2
+                                       for n in attention)
+    assert types.count("MatMulBias") == 8
+    left = {"Gemm", "Softmax", "IsNaN", "Transpose", "Split", "LessOrEqual", "MatMul"}
+    assert not left & set(types), left & set(types)
+    epilogues = [rt.result.ops[n].__dict__.get("post_ops") for n in nodes
+                 if n.op_type == "MatMulBias"]
+    assert sum(bool(e) for e in epilogues) == 2
