@@ -664,6 +664,17 @@ def test_reshaped_gemm_becomes_matmul_bias(trans_b, alpha, beta, shape_from_x, d
     assert rt.result.ops[fused(rt, "MatMulBias")].__dict__.get("post_ops")
 
 
+def test_reshaped_gemm_with_beta_zero_ignores_its_bias():
+    """ONNX ignores C when beta is 0: an inf in it gave NaN once multiplied by 0."""
+    g = G()
+    bias = np.zeros(24, np.float32)
+    bias[0] = np.inf
+    y = _conv1d(g, "x", g.c(rand(16, 24)), g.c(bias), 0, 1.0, 0.0, False)
+    g.op("Identity", y, out="y")
+    rt = load_and_check(g.model({"x": (F, [2, 5, 16])}), {"x": rand(2, 5, 16)})
+    assert ops(rt) == {"MatMulBias": 1}
+
+
 def test_reshaped_gemm_near_miss_flat_value_read_elsewhere():
     """The 2-D input of the Gemm is also read by another node: the match would have to
     keep it, so nothing changes."""

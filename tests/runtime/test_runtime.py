@@ -241,6 +241,36 @@ def test_a_combination_of_free_dims_is_not_taken_for_another(save_model):
                                    atol=1e-4)
 
 
+def test_a_dim_equal_to_a_free_dim_at_two_probes_only_is_not_named_after_it(save_model):
+    """L = (N - 64)(N - 97) + N equals N at the first two probes: it was named N, and a
+    Reshape of (L, 4) to (N, -1) looked like it kept its dims and was removed (an output of
+    5892 rows for N = 2).  The third probe, where L is larger than N, takes the name back."""
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["a"], ["sh"]),
+             helper.make_node("Slice", ["sh", "z", "o"], ["n"]),
+             helper.make_node("Sub", ["n", "c64"], ["n1"]),
+             helper.make_node("Sub", ["n", "c97"], ["n2"]),
+             helper.make_node("Mul", ["n1", "n2"], ["p"]),
+             helper.make_node("Add", ["p", "n"], ["L"]),
+             helper.make_node("Concat", ["L", "c4"], ["t1"], axis=0),
+             helper.make_node("Expand", ["b", "t1"], ["xL"]),
+             helper.make_node("Concat", ["n", "m1"], ["t2"], axis=0),
+             helper.make_node("Reshape", ["xL", "t2"], ["r"]),
+             helper.make_node("ReduceSum", ["r", "o"], ["y"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N"]),
+                     helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [i64("z", [0]), i64("o", [1]), i64("c64", [64]), i64("c97", [97]), i64("c4", [4]),
+         i64("m1", [-1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rt = pplpy.load(save_model(model), num_threads=1)
+    assert rt.graph.values["xL"].dims[0] is None
+    feeds = {"a": np.zeros(2, np.float32), "b": np.arange(4, dtype=np.float32)[None]}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_array_equal(rt.run(feeds)["y"], want)
+
+
 def test_a_dim_a_probe_clamps_keeps_its_symbol(save_model):
     """A position table of 128 rows sliced to the free length N: the third probe (321) is
     clamped to 128, which is not a reason to forget that the slice follows N (its chain with

@@ -90,9 +90,12 @@ def infer(state):
     slots = {}  # a free dim's symbol (or (input, axis) when unnamed) -> its probe slot
     for name, i, d in free:
         slots.setdefault(d if isinstance(d, str) else (name, i), len(slots))
+    probe_values = {}  # a free dim's name -> its value in each probe
     for key, slot in slots.items():
         symbols[(_probe_value(0, slot), _probe_value(1, slot))] = \
             key if isinstance(key, str) else None
+        if isinstance(key, str):
+            probe_values[key] = [_probe_value(p, slot) for p in range(len(PROBE_DIMS))]
     for probe in range(len(PROBE_DIMS) if free else 1):
         dims = {}
         for name, declared in state.input_dims.items():
@@ -110,7 +113,7 @@ def infer(state):
                      evaluate=state.engine.evaluate_op, host=set(), strict=not free)
         probes.append(shapes)
     state.shapes = probes[0]
-    merged = symbolic_dims(probes, symbols) if free else probes[0]
+    merged = symbolic_dims(probes, symbols, probe_values) if free else probes[0]
     for name, record in graph.values.items():
         record.dtype = types.get(name, record.dtype)
         if name in merged:

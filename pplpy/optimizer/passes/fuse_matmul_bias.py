@@ -88,12 +88,12 @@ class FuseMatMulBias(PatternRule):
                 or out_dims is None or len(out_dims) != len(a_dims) or out_dims[-1] != n
                 or not all(same_dim(x, y) for x, y in zip(a_dims[:-1], out_dims[:-1]))):
             return False
-        if len(gemm.inputs) > 2 and gemm.inputs[2]:
+        if len(gemm.inputs) > 2 and gemm.inputs[2] and p.beta != 0:
             bias = _bias_vector(graph, gemm.inputs[2], n, 2)
             if bias is None:
                 return False
             bias = bias * np.float32(p.beta)
-        else:
+        else:  # no C, or beta 0: ONNX ignores C then (an inf in it must not give NaN)
             bias = np.zeros(n, np.float32)
         matched, out = [inner, gemm, outer], outer.outputs[0]
         if not self.can_replace(graph, matched, out):

@@ -203,24 +203,42 @@ def infer_shapes(nodes, ops, known, values, partial=False, types=None, evaluate=
     return known
 
 
-def symbolic_dims(probes, symbol_of):
+def symbolic_dims(probes, symbol_of, probe_values=None):
     """Merge inferences made with different probe values for the free input dims (a list of
     value name -> dims): a dim equal in the first two and in every later inference that
     reached it is static; one that follows a free input dim is that dim's name (decided by
     the first two: ``symbol_of`` maps their pair of probe values -> name); any other dim is
-    unknown (None).  A value the second inference did not reach is unknown."""
+    unknown (None).  A value the second inference did not reach is unknown.
+
+    A later inference may take a name back (``probe_values``: a name -> its value in each
+    probe): where the dim there is larger than the name's probe value, it follows something
+    else (a derived dim such as (N - 64)(N - 97) + N equals N at the first two probes only;
+    named N, a Reshape of it to N rows looked like it kept its input's dims and was removed).
+    A smaller one keeps the name: a table clamps the slice of it a free length takes (a
+    position table of 128 rows at the third probe's 321)."""
     merged = {}
     for name, dims_a in probes[0].items():
         dims_b = probes[1].get(name)
         if dims_b is None or len(dims_b) != len(dims_a):
             merged[name] = tuple(None for _ in dims_a)
             continue
-        later = [p[name] for p in probes[2:] if p.get(name) is not None
+        later = [(i, p[name]) for i, p in enumerate(probes[2:], 2) if p.get(name) is not None
                  and len(p[name]) == len(dims_a)]
         merged[name] = tuple(
-            (a if all(d[k] == a for d in later) else None) if a == b else symbol_of.get((a, b))
+            (a if all(d[k] == a for _, d in later) else None) if a == b
+            else _checked_symbol(symbol_of.get((a, b)), k, later, probe_values)
             for k, (a, b) in enumerate(zip(dims_a, dims_b)))
     return merged
+
+
+def _checked_symbol(symbol, k, later, probe_values):
+    """``symbol``, unless dim ``k`` of a later inference is larger than its probe value."""
+    values = (probe_values or {}).get(symbol)
+    if symbol is None or values is None:
+        return symbol
+    if any(d[k] is not None and d[k] > values[i] for i, d in later):
+        return None
+    return symbol
 
 
 def shape_deciding_values(nodes, ops, types):
