@@ -55,6 +55,7 @@ from pplpy.optimizer.passes.relu_maxpool import SwapReluMaxPool
 from pplpy.optimizer.passes.reshape_cast_chains import MergeReshapes, SimplifyCasts
 from pplpy.optimizer.passes.sum_to_add import SumToAdd
 from pplpy.optimizer.passes.transposes import OptimizeTransposes, SinkTransposes
+from pplpy.optimizer.passes.unflatten_gemm import UnflattenGemm
 
 PASSES = {
     cls.name: cls
@@ -84,6 +85,7 @@ PASSES = {
         RecognizeAddLayerNorm,
         RecognizeAttention,
         FuseMatMulBias,
+        UnflattenGemm,
         GatherRowsEarly,
         PackQKV,
         FuseEltwiseChains,
@@ -143,6 +145,10 @@ DEFAULT_PIPELINE = (
     P("simplify_casts", "fixed_point"),
     P("merge_reshapes", "fixed_point"),
     P("expand_to_broadcast", "fixed_point", dce_after=True),
+    # Projections written through 2-D (HF GPT-2's Conv1D, the dynamo exporter's head merge)
+    # back to N-D MatMul + Add, before the recognizers look for the attention's head merge
+    # and the activations after the projections.
+    P("unflatten_gemm", dce_after=True, modes=("fusion",)),
     # Decomposed activations, norms and attention back to one op each (oneDNN Graph-style
     # patterns, reference/004); after folding, whose constants (sqrt(2), eps, gamma) they
     # match; before the transposes sink (a scale on Q and K would move above their

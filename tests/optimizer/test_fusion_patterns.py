@@ -672,7 +672,20 @@ def test_reshaped_gemm_with_beta_zero_ignores_its_bias():
     y = _conv1d(g, "x", g.c(rand(16, 24)), g.c(bias), 0, 1.0, 0.0, False)
     g.op("Identity", y, out="y")
     rt = load_and_check(g.model({"x": (F, [2, 5, 16])}), {"x": rand(2, 5, 16)})
-    assert ops(rt) == {"MatMulBias": 1}
+    assert ops(rt) == {"MatMul": 1}
+
+
+def test_reshaped_gemm_of_a_head_merge_keeps_a_reshape_to_3d():
+    """The dynamo exporter's output projection: the attention's (B, S, H, d) flattened to
+    (-1, H*d) for the Gemm.  A Reshape to (B, S, H*d) stays in front of the MatMulBias."""
+    g = G()
+    flat = g.op("Reshape", "x", g.c([-1, 16], np.int64))
+    mm = g.op("Gemm", flat, g.c(rand(16, 24)), g.c(rand(24)))
+    g.op("Reshape", mm, g.c([2, 5, 24], np.int64), out="y")
+    rt = load_and_check(g.model({"x": (F, [2, 5, 4, 4])}), {"x": rand(2, 5, 4, 4)})
+    assert ops(rt) == {"Reshape": 1, "MatMulBias": 1}
+    (reshape,) = [n for n in rt.graph.nodes if n.op_type == "Reshape"]
+    assert rt.graph.values[reshape.outputs[0]].dims == (2, 5, 16)
 
 
 def test_reshaped_gemm_near_miss_flat_value_read_elsewhere():

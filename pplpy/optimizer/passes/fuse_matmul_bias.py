@@ -12,19 +12,13 @@ the leading dims folded into M and the bias in the epilogue, where the engine's 
 fusion then adds the activation.  Runs after fold_into_gemm, so a per-column scale after
 the MatMul is already folded into W.
 
-HF's GPT-2 (its ``Conv1D``) writes the same projection through 2-D:
-
-    Reshape(Gemm(Reshape(A, (-1, K)), W, bias), A's leading dims + (N,))
-                                                 ==>  pplpy::MatMulBias(A, W, bias)
-
-(transB, alpha and beta folded into the constants): the two Reshapes go, and the GELU after
-the second one, which no epilogue could take past it, fuses into the MatMulBias.
+HF's GPT-2 writes its projections through 2-D Gemms: ``unflatten_gemm`` turns them into
+the MatMul + Add this pass takes.
 """
 
 import numpy as np
 
-from pplpy.optimizer.passes.pattern_rule import (PatternRule, dims_of, is_float32,
-                                                  only_reader, other, producer, same_dim)
+from pplpy.optimizer.passes.pattern_rule import PatternRule, dims_of, is_float32, other, producer
 
 
 def _bias_vector(graph, name, n, out_rank):
@@ -41,12 +35,9 @@ class FuseMatMulBias(PatternRule):
     """MatMul (3-D or more A, constant 2-D B) + constant bias along the last axis."""
 
     name = "fuse_matmul_bias"
-    op_types = {("", "Add"), ("", "Gemm")}
+    op_types = {("", "Add")}
 
-    def apply(self, graph, node, ctx):
-        if node.op_type == "Gemm":
-            return self._reshaped_gemm(graph, node)
-        add = node
+    def apply(self, graph, add, ctx):
         for src in add.inputs:
             matmul = producer(graph, src, "MatMul")
             if matmul is None or other(add, src) is None or add.inputs[0] == add.inputs[1]:
@@ -67,39 +58,3 @@ class FuseMatMulBias(PatternRule):
                                  domain="pplpy")
             return self.replace(graph, [matmul, add], out, [node], "MatMul+Add->MatMulBias")
         return False
-
-    def _reshaped_gemm(self, graph, gemm):
-        """Reshape(Gemm(Reshape(A, (-1, K)), W, c), A's leading dims + (N,)) of a 3-D or
-        more A, constant W and c, no transposed A."""
-        p = gemm.param
-        inner = producer(graph, gemm.inputs[0], "Reshape")
-        outer = only_reader(graph, gemm.outputs[0], "Reshape")
-        weight = graph.constants.get(gemm.inputs[1])
-        if (inner is None or outer is None or weight is None or weight.ndim != 2
-                or weight.dtype != np.float32 or p.transA):
-            return False
-        a = inner.inputs[0]
-        a_dims, out_dims = dims_of(graph, a), dims_of(graph, outer.outputs[0])
-        weight = (weight.T if p.transB else weight) * np.float32(p.alpha)
-        k, n = weight.shape
-        if (a_dims is None or len(a_dims) < 3 or a_dims[-1] != k or not is_float32(graph, a)
-                or dims_of(graph, inner.outputs[0]) is None
-                or len(dims_of(graph, inner.outputs[0])) != 2
-                or out_dims is None or len(out_dims) != len(a_dims) or out_dims[-1] != n
-                or not all(same_dim(x, y) for x, y in zip(a_dims[:-1], out_dims[:-1]))):
-            return False
-        if len(gemm.inputs) > 2 and gemm.inputs[2] and p.beta != 0:
-            bias = _bias_vector(graph, gemm.inputs[2], n, 2)
-            if bias is None:
-                return False
-            bias = bias * np.float32(p.beta)
-        else:  # no C, or beta 0: ONNX ignores C then (an inf in it must not give NaN)
-            bias = np.zeros(n, np.float32)
-        matched, out = [inner, gemm, outer], outer.outputs[0]
-        if not self.can_replace(graph, matched, out):
-            return False
-        node = self.new_node(graph, "MatMulBias", 1,
-                             [a, self.new_constant(graph, "weight",
-                                                   np.ascontiguousarray(weight)),
-                              self.new_constant(graph, "bias", bias)], [out], domain="pplpy")
-        return self.replace(graph, matched, out, [node], "Reshape+Gemm+Reshape->MatMulBias")
