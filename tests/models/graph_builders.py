@@ -243,6 +243,17 @@ def _gpt2_block(g, x, batch, seq, seq_scalar, hidden, heads, causal, prefix=""):
     return g.node("Add", [x, g.linear(h, f"{prefix}mlp.c_proj", 4 * hidden, hidden)])
 
 
+def _gpt2_embeddings(g, ids, vocab, hidden, max_pos):
+    """(token + position embeddings of ``ids``, the sequence length as a scalar): Gather of
+    wte by the ids, of wpe by Range(0, seq) unsqueezed, added."""
+    seq_scalar = g.node("Gather", [g.node("Shape", [ids]), g.const(1, np.int64)], axis=0)
+    wte = g.weight("wte.weight", (vocab, hidden), scale=0.5)
+    wpe = g.weight("wpe.weight", (max_pos, hidden), scale=0.1)
+    positions = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
+    pos = g.node("Unsqueeze", [positions, g.const([0], np.int64)])
+    return g.node("Add", [g.node("Gather", [wte, ids]), g.node("Gather", [wpe, pos])]), seq_scalar
+
+
 def gpt2_model(layers=12, hidden=768, heads=12, vocab=50257, max_pos=1024, causal="trilu",
                batch="batch", seq="seq", final_ln=True, seed=1):
     """GPT-2 (small by default) with its embeddings: input ``input_ids`` [batch, seq] int64,
@@ -251,12 +262,7 @@ def gpt2_model(layers=12, hidden=768, heads=12, vocab=50257, max_pos=1024, causa
     g = GraphBuilder(seed)
     ids = "input_ids"
     b, s = g.dim(ids, 0), g.dim(ids, 1)
-    seq_scalar = g.node("Gather", [g.node("Shape", [ids]), g.const(1, np.int64)], axis=0)
-    wte = g.weight("wte.weight", (vocab, hidden), scale=0.5)
-    wpe = g.weight("wpe.weight", (max_pos, hidden), scale=0.1)
-    positions = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
-    pos = g.node("Unsqueeze", [positions, g.const([0], np.int64)])
-    x = g.node("Add", [g.node("Gather", [wte, ids]), g.node("Gather", [wpe, pos])])
+    x, seq_scalar = _gpt2_embeddings(g, ids, vocab, hidden, max_pos)
     for i in range(layers):
         x = _gpt2_block(g, x, b, s, seq_scalar, hidden, heads, causal,
                         f"h.{i}." if layers > 1 else "")
@@ -502,12 +508,7 @@ def hf_gpt2_model(layers=2, hidden=64, heads=4, vocab=100, max_pos=128, seed=1):
     attention_mask [batch, seq] int64; output ``output`` [batch, seq, hidden]."""
     g = GraphBuilder(seed)
     ids, attn = "input_ids", "attention_mask"
-    seq_scalar = g.node("Gather", [g.node("Shape", [ids]), g.const(1, np.int64)], axis=0)
-    wte = g.weight("wte.weight", (vocab, hidden), scale=0.5)
-    wpe = g.weight("wpe.weight", (max_pos, hidden), scale=0.1)
-    positions = g.node("Range", [g.const(0, np.int64), seq_scalar, g.const(1, np.int64)])
-    pos = g.node("Unsqueeze", [positions, g.const([0], np.int64)])
-    x = g.node("Add", [g.node("Gather", [wte, ids]), g.node("Gather", [wpe, pos])])
+    x, _ = _gpt2_embeddings(g, ids, vocab, hidden, max_pos)
     additive = _hf_causal_padding_mask(g, ids, attn)
     for i in range(layers):
         x = _hf_gpt2_block(g, x, additive, hidden, heads, f"h.{i}.")
