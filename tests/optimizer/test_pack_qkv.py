@@ -58,13 +58,18 @@ def split_model(widths=(32, 32, 32), mask=None, **attn):
     return _model(nodes, inits, inputs)
 
 
-def projections_model(widths=(32, 32, 32), mask=None, q_input="x", **attn):
-    """Q, K, V = x @ W + b each (BERT's form); Q's projection may read another input."""
+def projections_model(widths=(32, 32, 32), mask=None, q_input="x", unbiased="", **attn):
+    """Q, K, V = x @ W + b each (BERT's form); Q's projection may read another input; the
+    projections named in ``unbiased`` have no bias (T5, Whisper's keys)."""
     nodes, inits = [], []
     for name, w in zip("qkv", _weights(widths)):
-        inits += [_const(f"w{name}", w),
-                  _const(f"b{name}", (0.1 * RNG.standard_normal(w.shape[1])).astype(np.float32))]
+        inits.append(_const(f"w{name}", w))
         src = q_input if name == "q" else "x"
+        if name in unbiased:
+            nodes.append(helper.make_node("MatMul", [src, f"w{name}"], [name]))
+            continue
+        inits.append(_const(f"b{name}", (0.1 * RNG.standard_normal(w.shape[1])).astype(
+            np.float32)))
         nodes += [helper.make_node("MatMul", [src, f"w{name}"], [f"m{name}"]),
                   helper.make_node("Add", [f"m{name}", f"b{name}"], [name])]
     nodes.append(_attention("q", "k", "v", mask, **attn))
@@ -129,6 +134,15 @@ def test_projections_form(isa, mask, attn):
     assert types == {"MatMulBias": 1, "PackedAttention": 1}
     (gemm,) = [n for n in rt.graph.nodes if n.op_type == "MatMulBias"]
     assert rt.graph.values[gemm.outputs[0]].dims[-1] == 3 * 32
+
+
+@pytest.mark.parametrize("unbiased", ["k", "qkv"])
+def test_projections_without_a_bias(isa, unbiased):
+    """A projection with no bias (a plain MatMul of the same input) counts, with a zero
+    bias: Whisper's key projection, all of T5's."""
+    rt = check(projections_model(unbiased=unbiased), isa)
+    assert pack_log(rt) == {"3 MatMulBias+Attention->MatMulBias+PackedAttention": 1}
+    assert ops(rt) == {"MatMulBias": 1, "PackedAttention": 1}
 
 
 def test_grouped_query_widths(isa):

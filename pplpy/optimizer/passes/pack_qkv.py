@@ -15,7 +15,9 @@ columns copies its input once instead of three times and is one step of the plan
 three, with three times the panels for a thread team to share; at one thread the one and
 the three take the same time (128 x 768 x 2304 4.08 ms against 3 x 1.35, warm weights).
 Matched only when every Q, K, V is read by the Attention alone, the widths fit the heads,
-and (for the three projections) the MatMulBias nodes carry no post-op.  Runs after
+and (for the three projections) the MatMulBias nodes carry no post-op; a MatMul of the same
+input with a constant weight counts as a projection with a zero bias (T5 has no biases,
+Whisper's key projection none).  Runs after
 fuse_matmul_bias, which writes those MatMulBias nodes.
 """
 
@@ -98,18 +100,34 @@ class PackQKV(PatternRule):
 
     @staticmethod
     def _projections(graph, producers):
-        """(A, [W], [bias]) when the three producers are post-op-free pplpy::MatMulBias
-        nodes of one input A with constant float32 weights, else None."""
-        if any(node is None or node.domain != "pplpy" or node.op_type != "MatMulBias"
-               or node.param is not None for node in producers):
+        """(A, [W], [bias]) when the three producers project one input A with constant
+        float32 weights: post-op-free pplpy::MatMulBias nodes, or MatMuls (a projection
+        without a bias, as T5's and Whisper's keys have: a zero bias), else None."""
+        def projection(node):
+            """(A, W, bias) of one producer, or None."""
+            if node is None:
+                return None
+            if node.domain == "pplpy" and node.op_type == "MatMulBias" and node.param is None:
+                return node.inputs[0], graph.constants.get(node.inputs[1]), \
+                    graph.constants.get(node.inputs[2])
+            if node.domain == "" and node.op_type == "MatMul":
+                w = graph.constants.get(node.inputs[1])
+                a_dims = dims_of(graph, node.inputs[0])
+                if w is None or w.ndim != 2 or a_dims is None or len(a_dims) != 3:
+                    return None
+                return node.inputs[0], w, np.zeros(w.shape[1], np.float32)
             return None
-        if len({node.inputs[0] for node in producers}) != 1 or len(set(producers)) != 3:
+
+        found = [projection(node) for node in producers]
+        if any(f is None for f in found) or len(set(producers)) != 3:
             return None
-        weights = [graph.constants.get(node.inputs[1]) for node in producers]
-        biases = [graph.constants.get(node.inputs[2]) for node in producers]
+        if len({a for a, _, _ in found}) != 1:
+            return None
+        weights = [w for _, w, _ in found]
+        biases = [b for _, _, b in found]
         if any(w is None or w.ndim != 2 or w.dtype != np.float32 for w in weights):
             return None
         if len({w.shape[0] for w in weights}) != 1 or any(
                 b is None or b.shape != (w.shape[1],) for b, w in zip(biases, weights)):
             return None
-        return producers[0].inputs[0], weights, [b.astype(np.float32) for b in biases]
+        return found[0][0], weights, [b.astype(np.float32) for b in biases]
