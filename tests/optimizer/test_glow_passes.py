@@ -359,6 +359,21 @@ def test_a_reshape_to_its_input_dims_goes(save_model):
     assert "removed no-op Reshape 1" in logged(log, "merge_reshapes")
 
 
+def test_a_shape_piece_past_the_rank_stays_an_error(save_model):
+    """Gather(Shape(r), 3) of a rank-3 r is out of range: 3 % 3 is place 0, but the piece is
+    not r's dim 0, and the run must fail as the model does."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Shape", ["r"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i3"], ["g"], axis=0),
+             helper.make_node("Unsqueeze", ["g", "ax0"], ["u"]),
+             helper.make_node("Concat", ["u", "minus1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["y"])]
+    inits = {"i3": np.array(3), "ax0": np.array([0]), "minus1": np.array([-1])}
+    rt = pplpy.load(save_model(model(nodes, [("x", ["batch", "seq", 12])], inits)))
+    with pytest.raises(pplpy.PplError):
+        rt.run({"x": rand(2, 5, 12)})
+
+
 @pytest.mark.parametrize("places", [(0, 1), (1, 0)])
 def test_a_reshape_shaped_by_its_own_dims(save_model, places):
     """The exporter's head split, Reshape(r, Concat(dim 0 of r, dim 1 of r, 3, 4)): its

@@ -101,8 +101,9 @@ def _self_shape(graph, node):
             pieces.append(int(value.reshape(-1)[0]))
             continue
         k = _own_dim_index(graph, piece, x)
-        if k is None or k % len(rank) != place or place >= len(rank):
-            return None
+        if (k is None or not -len(rank) <= k < len(rank) or k % len(rank) != place
+                or place >= len(rank)):
+            return None  # (an index past the rank is the Gather's error, at run time)
         pieces.append(0)
         own += 1
     return pieces if own else None
