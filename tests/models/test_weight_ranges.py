@@ -269,3 +269,15 @@ def test_damaged_files_never_load_wrong_weights(tmp_path, seed):
         return
     loaded, _ = model_parser.parse_model(reference)
     _assert_same(scanned.constants, loaded.constants)
+
+
+def test_a_file_cut_short_while_scanned_is_left_to_onnx(tmp_path):
+    """The scan reads with pread, not through a mapping: a file shorter than it was when
+    its size was taken (cut by another process) ends the scan (None: onnx.load then says
+    what is wrong) instead of a SIGBUS ending the process."""
+    model, _ = _model_with_many_weights(np.random.default_rng(9))
+    data = model.SerializeToString()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data[:len(data) // 2])
+    with open(path, "rb") as f:
+        assert weight_ranges.scan(f.fileno(), len(data), model_parser._DIRECT_TYPES) is None

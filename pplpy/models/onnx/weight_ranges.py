@@ -19,7 +19,7 @@ then a varint (type 0), 8 bytes (1), a varint length and that many bytes (2), or
 """
 
 import dataclasses
-import mmap
+import os
 
 MODEL_GRAPH = 7          # ModelProto.graph
 GRAPH_INITIALIZER = 5    # GraphProto.initializer (repeated TensorProto)
@@ -58,26 +58,57 @@ def scan(fd, size, direct_types):
     """The skeleton of the binary ModelProto in the open file ``fd`` (``size`` bytes) and its
     initializers' raw_data ranges, or None where the file holds wire data this reader does
     not expect.  ``direct_types``: the TensorProto data types whose raw_data may be left
-    out.  The file is mapped, not read: only the pages holding keys and lengths and the
-    bytes kept in the skeleton are touched."""
+    out.  Only the blocks holding keys, lengths and the bytes kept in the skeleton are read
+    (``_Window``: pread, not a mapping, so a file cut short meanwhile is an early end, not a
+    SIGBUS)."""
     if size < MIN_FILE_BYTES:
         return None
     try:
-        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as data:
-            reader = _Reader(data)
-            pieces, ranges, graphs = [], [], 0
-            for number, wire, start, value_start, end in reader.fields(0, size):
-                if number == MODEL_GRAPH and wire == _LENGTH_DELIMITED:
-                    graphs += 1
-                    if graphs > 1:
-                        raise _Unexpected("two graph fields (protobuf merges them)")
-                    graph = _graph(reader, value_start, end, ranges, direct_types)
-                    pieces.append(_key(number, wire) + _varint(len(graph)) + graph)
-                else:
-                    pieces.append(data[start:end])
-            return Scan(b"".join(pieces), ranges)
+        data = _Window(fd, size)
+        reader = _Reader(data)
+        pieces, ranges, graphs = [], [], 0
+        for number, wire, start, value_start, end in reader.fields(0, size):
+            if number == MODEL_GRAPH and wire == _LENGTH_DELIMITED:
+                graphs += 1
+                if graphs > 1:
+                    raise _Unexpected("two graph fields (protobuf merges them)")
+                graph = _graph(reader, value_start, end, ranges, direct_types)
+                pieces.append(_key(number, wire) + _varint(len(graph)) + graph)
+            else:
+                pieces.append(data[start:end])
+        return Scan(b"".join(pieces), ranges)
     except _Unexpected:
         return None
+
+
+class _Window:
+    """Bytes of an open file by index or slice, read in blocks with os.pread (one block
+    kept): the scan reads a few bytes at a time, mostly near each other."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self, fd, size):
+        self.fd, self.size = fd, size
+        self.start, self.block = 0, b""
+
+    def _read(self, begin, end):
+        data = os.pread(self.fd, end - begin, begin)
+        if len(data) != end - begin:
+            raise _Unexpected("the file ended early")
+        return data
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            begin, end = key.start, key.stop
+            if self.start <= begin and end <= self.start + len(self.block):
+                return self.block[begin - self.start:end - self.start]
+            return self._read(begin, end)
+        if not self.start <= key < self.start + len(self.block):
+            if key >= self.size:
+                raise _Unexpected("the file ended early")
+            self.start = key
+            self.block = self._read(key, min(self.size, key + self.BLOCK))
+        return self.block[key - self.start]
 
 
 def _graph(reader, begin, end, ranges, direct_types):
@@ -126,7 +157,7 @@ def _varint(value):
 
 
 class _Reader:
-    """Fields of a message in a region of the mapped file."""
+    """Fields of a message in a region of the file."""
 
     def __init__(self, data):
         self.data = data
