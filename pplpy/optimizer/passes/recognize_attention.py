@@ -26,11 +26,12 @@ causal triangle in an exporter's spelling (causal_mask.py: Trilu of ones, or a c
 of two Ranges, or a constant triangle) becomes ``is_causal`` instead; so does the causal
 part of an And of masks with a -inf fill (HF transformers' causal and padding masks), the
 rest staying a mask (an additive mask made by Where(cond, 0, fill) is looked at as the
-Where mask it is; unsplit, it is passed as it is, one mask for every layer).  One additive float mask is
-passed as is; one Where(cond, s, -inf) passes cond as the boolean mask; otherwise the masks
-are combined into one additive mask (Where(cond, mask, fill), Add).  A Where fill must be
--inf or at most -1e30 (PyTorch's finfo.min): then s + fill == fill in float32 for every
-score below 1e22 in magnitude, so the additive form gives the same probabilities.
+Where mask it is; unsplit, it is passed as it is, one mask for every layer).  One additive
+float mask is passed as is; one Where(cond, s, -inf) passes cond as the boolean mask;
+otherwise the masks are combined into one additive mask (Where(cond, mask, fill), Add).  A
+Where fill must be -inf or at most -1e30 (PyTorch's finfo.min): then s + fill == fill in
+float32 for every score below 1e22 in magnitude, so the additive form gives the same
+probabilities.
 
 In the default pipeline (fusion builds): pplpy's Attention kernel takes 0.7-0.9x the time
 of the MatMul/Softmax/MatMul it replaces (S=128 and 512, 1 and 2 threads).
