@@ -22,6 +22,7 @@ its causal frontier at the top left without a past (j <= i + 0), as these masks 
 import numpy as np
 
 from pplpy.optimizer.passes.pattern_rule import dims_of, producer, same_dim
+from pplpy.optimizer.passes.queries import unsqueeze_axes
 
 
 def _int_scalar(graph, name):
@@ -64,15 +65,6 @@ def _range_0_1(graph, name):
     return node
 
 
-def _unsqueeze_axes(graph, node):
-    """An Unsqueeze node's axes (attribute, or constant input from opset 13), else None."""
-    axes = node.param.axes if node.param is not None else None
-    if axes is None and len(node.inputs) > 1:
-        value = graph.constants.get(node.inputs[1])
-        axes = None if value is None else tuple(int(a) for a in value.reshape(-1))
-    return axes
-
-
 def _unsqueezed_range(graph, name, from_end):
     """The Range(0, n, 1) node whose values ``name`` holds along its axis ``from_end`` (-1:
     the last axis, -2: the one before), through one or more Unsqueezes (the TorchScript
@@ -90,7 +82,7 @@ def _unsqueezed_range(graph, name, from_end):
         return None
     position, rank = 0, 1  # the range's axis in the tensor so far
     for node in reversed(chain):
-        axes = _unsqueeze_axes(graph, node)
+        axes = unsqueeze_axes(graph, node)
         if axes is None:
             return None
         rank += len(axes)

@@ -21,7 +21,7 @@ import numpy as np
 from pplpy.optimizer.passes.pattern_rule import PatternRule, dims_of, is_float32, other, producer
 
 
-def _bias_vector(graph, name, n, out_rank):
+def bias_vector(graph, name, n, out_rank):
     """The bias as an (n,) vector when it broadcasts along the last axis only, else None."""
     value = graph.constants.get(name)
     if value is None or not np.issubdtype(value.dtype, np.floating) or value.ndim > out_rank:
@@ -49,7 +49,7 @@ class FuseMatMulBias(PatternRule):
                     or weight.dtype != np.float32 or not is_float32(graph, a)):
                 continue
             # A bias along the last axis of rank <= A's never changes the product's shape.
-            bias = _bias_vector(graph, other(add, src), weight.shape[1], len(a_dims))
+            bias = bias_vector(graph, other(add, src), weight.shape[1], len(a_dims))
             out = add.outputs[0]
             if bias is None or not self.can_replace(graph, [matmul, add], out):
                 continue

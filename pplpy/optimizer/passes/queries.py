@@ -53,3 +53,13 @@ def shape_constant(graph, dims, like):
     name = graph.unique_name(f"{like.name}/shape")
     graph.add_constant(name, np.asarray(dims, np.int64))
     return name
+
+
+def unsqueeze_axes(graph, node):
+    """An Unsqueeze node's axes as a list (the attribute, or the constant input from opset
+    13), else None."""
+    axes = node.param.axes if node.param is not None else None
+    if axes is None and len(node.inputs) > 1:
+        value = constant(graph, node.inputs[1])
+        axes = None if value is None else int_list(value)
+    return None if axes is None else list(axes)

@@ -21,7 +21,8 @@ from pplpy.common.data_type import DataType
 
 from pplpy.ir.graph import Node, bypass_node
 from pplpy.optimizer.pass_base import RewriteRule
-from pplpy.optimizer.passes.queries import constant, int_list, only_reader, shape_constant
+from pplpy.optimizer.passes.queries import (constant, int_list, only_reader, shape_constant,
+                                            unsqueeze_axes)
 from pplpy.params.onnx import TransposeParam
 
 TRANSPOSE_OPSET = 13
@@ -66,11 +67,7 @@ def _own_dim_index(graph, piece, x):
     [0]) or Gather(Shape(x), [k]), Shape without start / end; else None."""
     node = graph.producer(piece)
     if node is not None and node.key == ("", "Unsqueeze"):
-        axes = node.param.axes if node.param is not None else None
-        if axes is None and len(node.inputs) > 1:
-            value = constant(graph, node.inputs[1])
-            axes = None if value is None else int_list(value)
-        if axes is None or list(axes) != [0]:
+        if unsqueeze_axes(graph, node) != [0]:
             return None
         node = graph.producer(node.inputs[0])
     if node is None or node.key != ("", "Gather") or (node.param is not None

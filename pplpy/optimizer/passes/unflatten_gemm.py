@@ -17,6 +17,7 @@ was written).
 
 import numpy as np
 
+from pplpy.optimizer.passes.fuse_matmul_bias import bias_vector
 from pplpy.optimizer.passes.pattern_rule import (PatternRule, dims_of, is_float32,
                                                   only_reader, producer, same_dim)
 from pplpy.params.onnx import ReshapeParam
@@ -31,13 +32,8 @@ def _bias(graph, gemm, n):
     then: an inf in it must not give NaN); None for a C that is not one value per column."""
     if len(gemm.inputs) < 3 or not gemm.inputs[2] or gemm.param.beta == 0:
         return np.zeros(n, np.float32)
-    value = graph.constants.get(gemm.inputs[2])
-    if value is None or not np.issubdtype(value.dtype, np.floating) or value.ndim > 2:
-        return None
-    if value.ndim == 0 or value.shape[-1] not in (1, n) or any(d != 1 for d in value.shape[:-1]):
-        return None
-    column = np.broadcast_to(value.reshape(-1), (n,)).astype(np.float32)
-    return column * np.float32(gemm.param.beta)
+    column = bias_vector(graph, gemm.inputs[2], n, 2)
+    return None if column is None else column * np.float32(gemm.param.beta)
 
 
 class UnflattenGemm(PatternRule):
