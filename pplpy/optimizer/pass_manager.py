@@ -183,6 +183,10 @@ DEFAULT_PIPELINE = (
     # The 3-D projections fold_into_gemm leaves as MatMul + Add: one node, so the engine can
     # fuse the activation after them.
     P("fuse_matmul_bias", dce_after=True, modes=("fusion",)),
+    # Again, now into those MatMulBias nodes: a scale after the bias (BART's and Whisper's
+    # query projection times 1/sqrt(d)) goes into W and b, and pack_qkv sees three plain
+    # projections of one input.
+    P("fold_into_gemm", "fixed_point", dce_after=True, modes=("fusion",)),
     # A Gather of a few rows (a classifier's class token) moved above the row-wise ops that
     # compute them, so the last layer computes those rows only; before pack_qkv, so that
     # layer's queries are projected apart from its keys and values.

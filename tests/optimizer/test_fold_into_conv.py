@@ -267,6 +267,41 @@ def test_batched_matmul_keeps_the_add_but_fuses_relu(save_model):
     assert post_ops(fused, "MatMul") == [[eltwise(PostOp.SIGMOID, 0.0, 0.0)]]
 
 
+@pytest.mark.parametrize("op, operand_first", [("Mul", False), ("Div", False), ("Sub", True),
+                                               ("Add", False)])
+def test_matmul_bias_takes_an_affine_after_its_bias(save_model, op, operand_first):
+    """MatMul (3-D A) + Add(bias) is one MatMulBias; the arithmetic after the bias folds into
+    its W and bias on the pipeline's second fold_into_gemm; the Relu after it then fuses."""
+    inits = {"B": rand(16, 10), "bias": rand(10), "c": rand(10, lo=0.5)}
+    operands = ["c", "a"] if operand_first else ["a", "c"]
+    m = model([helper.make_node("MatMul", ["x", "B"], ["mm"]),
+               helper.make_node("Add", ["mm", "bias"], ["a"]),
+               helper.make_node(op, operands, ["s"]),
+               helper.make_node("Relu", ["s"], ["y"])], inits, [("x", [2, 4, 16])])
+    graph, pm = rewrites(save_model, m)
+    assert [n.op_type for n in graph.nodes] == ["MatMulBias", "Relu"]
+    folds = [r.details for r in pm.log if r.pass_id == "fold_into_gemm"]
+    assert [dict(d) for d in folds] == [{}, {f"{op}->MatMulBias": 1}]
+    types, fused, _ = check(save_model, m, {"x": rand(2, 4, 16)})
+    assert types == ["MatMulBias"]
+    assert post_ops(fused, "MatMulBias") == [[eltwise(PostOp.RELU, 0.0, 0.0)]]
+
+
+def test_matmul_bias_with_post_ops_keeps_the_affine_after_them(save_model):
+    """A MatMulBias read back from a saved model with a Relu post-op: Mul(-1) after it is
+    not a map of the bias (relu(-y) is not -relu(y)), so it must not fold into W and b."""
+    w, bias = rand(16, 10), rand(10)
+    node = helper.make_node("MatMulBias", ["x", "B", "bias"], ["r"], domain="pplpy",
+                            post_ops=["relu"], post_op_params=[0.0, 0.0],
+                            post_op_operands=[-1], post_op_broadcasts=[0])
+    m = model([node, helper.make_node("Mul", ["r", "minus"], ["y"])],
+              {"B": w, "bias": bias, "minus": np.float32(-1.0)}, [("x", [2, 4, 16])])
+    m.opset_import.append(helper.make_opsetid("pplpy", 1))
+    x = rand(2, 4, 16)
+    got = pplpy.load(save_model(m), num_threads=1).run({"x": x})["y"]
+    np.testing.assert_allclose(got, -np.maximum(x @ w + bias, 0), rtol=1e-5, atol=1e-5)
+
+
 def test_disable_fusion_turns_the_folds_off(save_model):
     n, inits = bn("bn", 4, "a", "y")
     inits["w"] = rand(4, 3, 1, 1)

@@ -58,20 +58,26 @@ def split_model(widths=(32, 32, 32), mask=None, **attn):
     return _model(nodes, inits, inputs)
 
 
-def projections_model(widths=(32, 32, 32), mask=None, q_input="x", unbiased="", **attn):
+def projections_model(widths=(32, 32, 32), mask=None, q_input="x", unbiased="", q_scale=None,
+                      **attn):
     """Q, K, V = x @ W + b each (BERT's form); Q's projection may read another input; the
-    projections named in ``unbiased`` have no bias (T5, Whisper's keys)."""
+    projections named in ``unbiased`` have no bias (T5, Whisper's keys); ``q_scale``
+    multiplies Q after its bias (BART's and Whisper's ``q_proj(x) * scaling``)."""
     nodes, inits = [], []
     for name, w in zip("qkv", _weights(widths)):
         inits.append(_const(f"w{name}", w))
         src = q_input if name == "q" else "x"
+        out = "q_unscaled" if name == "q" and q_scale is not None else name
         if name in unbiased:
-            nodes.append(helper.make_node("MatMul", [src, f"w{name}"], [name]))
-            continue
-        inits.append(_const(f"b{name}", (0.1 * RNG.standard_normal(w.shape[1])).astype(
-            np.float32)))
-        nodes += [helper.make_node("MatMul", [src, f"w{name}"], [f"m{name}"]),
-                  helper.make_node("Add", [f"m{name}", f"b{name}"], [name])]
+            nodes.append(helper.make_node("MatMul", [src, f"w{name}"], [out]))
+        else:
+            inits.append(_const(f"b{name}", (0.1 * RNG.standard_normal(w.shape[1])).astype(
+                np.float32)))
+            nodes += [helper.make_node("MatMul", [src, f"w{name}"], [f"m{name}"]),
+                      helper.make_node("Add", [f"m{name}", f"b{name}"], [out])]
+        if out != name:
+            inits.append(_const("q_scale", np.asarray(q_scale, np.float32)))
+            nodes.append(helper.make_node("Mul", [out, "q_scale"], [name]))
     nodes.append(_attention("q", "k", "v", mask, **attn))
     inputs = [("x", F, [B, S, HIDDEN])]
     if q_input != "x":
@@ -143,6 +149,18 @@ def test_projections_without_a_bias(isa, unbiased):
     rt = check(projections_model(unbiased=unbiased), isa)
     assert pack_log(rt) == {"3 MatMulBias+Attention->MatMulBias+PackedAttention": 1}
     assert ops(rt) == {"MatMulBias": 1, "PackedAttention": 1}
+
+
+@pytest.mark.parametrize("q_scale", [0.125, np.linspace(0.5, 1.5, 32)])
+def test_scaled_query_projection(isa, q_scale):
+    """Q = (x @ Wq + bq) * scaling (BART, Whisper): fold_into_gemm's second run takes the
+    scale into Wq and bq once fuse_matmul_bias has made the MatMulBias, so the three
+    projections pack (a per-column scale too)."""
+    rt = check(projections_model(q_scale=q_scale), isa)
+    assert pack_log(rt) == {"3 MatMulBias+Attention->MatMulBias+PackedAttention": 1}
+    assert ops(rt) == {"MatMulBias": 1, "PackedAttention": 1}
+    folds = [r for r in rt.result.pass_log if r.pass_id == "fold_into_gemm"]
+    assert [dict(r.details) for r in folds] == [{}, {"Mul->MatMulBias": 1}]
 
 
 def test_grouped_query_widths(isa):

@@ -7,11 +7,16 @@ channels) and bias ``b * s + t``: the affine node goes, and the engine's post-op
 then put the activation that follows into the kernel's epilogue (Conv-BN-Relu becomes one
 kernel).  A MatMul with a constant 2-D B takes the same fold: a scale multiplies B's columns,
 and a shift turns a 2-D MatMul into a Gemm with that bias (otherwise the shift stays).
+A 3-D projection's MatMul + Add is one ``pplpy::MatMulBias`` by ``fuse_matmul_bias``; the
+pipeline folds again after that pass, so a scale after the bias (BART's and Whisper's
+``q_proj(x) * scaling``) goes into W and b, and the attention's three projections can then
+be packed into one.
 
     Conv(x, W[, b]) -> BatchNormalization | Mul(c) | Add(c)  ==>  Conv(x, W * s, b * s + t)
     Gemm(A, B[, C]) -> ...                                   ==>  Gemm(A, B * s, beta*C*s + t)
     MatMul(A, B)    -> Mul(c)                                ==>  MatMul(A, B * c)
     MatMul(A, B)    -> Add(c), A 2-D                         ==>  Gemm(A, B, c)
+    pplpy::MatMulBias(A, B, b) -> ...                        ==>  MatMulBias(A, B * s, b * s + t)
     BatchNormalization(x, g, b, m, v) -> Mul | Add | Sub | Div(c)  ==>  BN(x, g * s, b * s + t, m, v)
 
 A chain of such ops folds one link at a time (the passes run to a fixed point), as Glow folds
@@ -144,6 +149,13 @@ def _target(graph, node, producers):
             return None
         dims = graph.values[node.inputs[0]].dims
         return Target(node, None if dims is None else len(dims), 1, stats[0].shape[0])
+    if node.key == ("pplpy", "MatMulBias"):  # (A, W (K, N), bias (N,)), all constant but A
+        bias = _const(graph, node.inputs[2])
+        if (node.param is not None  # post-ops read back from a saved model run first
+                or weight.ndim != 2 or not _is_float(bias) or bias.shape != (weight.shape[1],)):
+            return None
+        dims = graph.values[node.inputs[0]].dims
+        return Target(node, None if dims is None else len(dims), -1, weight.shape[1])
     if node.op_type == "Conv":
         bias = _const(graph, node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else 0
         if bias is None or weight.ndim < 3:
@@ -263,15 +275,22 @@ class FoldIntoBatchNorm(FoldAffine):
 class FoldIntoGemm(FoldAffine):
     """Gemm(A, B, C) -> s * . + t  ==>  Gemm(A, B * s, beta * C * s + t) (beta 1); a
     MatMul with a constant 2-D B takes the scale into B and the shift as a Gemm's C when A is
-    2-D (else it is left alone)."""
+    2-D (else it is left alone); pplpy::MatMulBias(A, B, b) takes both into B and b."""
 
     name = "fold_into_gemm"
-    producers = frozenset({("", "Gemm"), ("", "MatMul")})
+    producers = frozenset({("", "Gemm"), ("", "MatMul"), ("pplpy", "MatMulBias")})
 
     def rewrite(self, graph, target, s, t):
         node = target.node
         b_name = node.inputs[1]
         b = graph.constants[b_name]
+        if node.op_type == "MatMulBias":
+            bias = graph.constants[node.inputs[2]].astype(np.float64)
+            return "MatMulBias", (node.inputs[0],
+                                  _new_constant(graph, b_name, b.astype(np.float64) * s[None, :],
+                                                b.dtype),
+                                  _new_constant(graph, f"{node.name}_bias", bias * s + t,
+                                                b.dtype)), node.param
         trans_b = node.op_type == "Gemm" and node.param.transB
         new_b = b.astype(np.float64) * (s[:, None] if trans_b else s[None, :])
         if node.op_type == "MatMul":

@@ -119,6 +119,9 @@ def _epilogue_operand(graph, producer, value, reader):
 
 
 class FuseEltwiseChains(GraphPass):
+    """Runs of two or more element-wise nodes (activations, binary ops by outside operands)
+    become one pplpy::EltwiseChain: one pass over memory instead of one per node."""
+
     name = "fuse_eltwise_chains"
 
     def run(self, graph, ctx):
