@@ -544,6 +544,74 @@ def test_attention_near_misses(miss):
     assert "Attention" not in ops(rt)
 
 
+HQ = 4  # query heads of the grouped-query cases below
+
+
+def grouped_attention(g, kv_heads, repeat="repeat_kv", scale_q=True, n=None):
+    """An LLM's 4-D SDPA after RoPE (q (B, 4, S, D), k and v (B, kv_heads, S, D) as given):
+    K and V repeated to the query heads as HF's repeat_kv writes it (Unsqueeze at 2, Expand,
+    Reshape), or ``repeat`` "broadcast" (the MatMuls broadcast one KV head: Falcon's MQA),
+    or "seq_axis" (a near miss: the repeat runs n times along the sequence axis instead)."""
+    n = n or HQ // kv_heads
+    k, v = "k", "v"
+    if repeat in ("repeat_kv", "seq_axis"):
+        axis = 2 if repeat == "repeat_kv" else 3
+        grown = [B, kv_heads, n, S, D] if axis == 2 else [B, kv_heads, S, n, D]
+        merged = [B, HQ, S, D] if axis == 2 else [B, kv_heads, S * n, D]
+
+        def rep(x):
+            e = g.op("Expand", g.op("Unsqueeze", x, g.c([axis], np.int64)),
+                     g.c(grown, np.int64))
+            return g.op("Reshape", e, g.c(merged, np.int64))
+        k, v = rep(k), rep(v)
+    q = g.op("Mul", "q", g.c(1.0 / math.sqrt(D))) if scale_q else "q"
+    s = g.op("Add", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), "mask")
+    g.op("MatMul", g.op("Softmax", s, axis=-1), v, out="y")
+
+
+@pytest.mark.parametrize("kv_heads, repeat", [(2, "repeat_kv"), (1, "repeat_kv"),
+                                              (1, "broadcast")])
+def test_grouped_query_attention_reads_kv_before_the_repeat(kv_heads, repeat):
+    """GQA through repeat_kv (Llama, Qwen2, Mistral) and MQA through the MatMuls' own
+    broadcast of one KV head (Falcon): one 4-D Attention reading the unrepeated K and V,
+    the Expand copies gone."""
+    g = G()
+    grouped_attention(g, kv_heads, repeat)
+    model = g.model({"q": (F, [B, HQ, S, D]), "k": (F, [B, kv_heads, S, D]),
+                     "v": (F, [B, kv_heads, S, D]), "mask": (F, [B, 1, 1, S])})
+    feeds = {"q": rand(B, HQ, S, D), "k": rand(B, kv_heads, S, D),
+             "v": rand(B, kv_heads, S, D), "mask": rand(B, 1, 1, S)}
+    rt = load_and_check(model, feeds)
+    node = fused(rt, "Attention")
+    assert list(node.inputs[1:3]) == ["k", "v"]
+    assert not {"Expand", "Reshape", "Softmax", "MatMul"} & set(ops(rt))
+
+
+def test_a_repeat_along_another_axis_is_not_grouped_query_attention():
+    """Unsqueeze at axis 3 and Expand there repeats each key n times along the sequence:
+    not GQA; the Attention (if any) must read the repeated K and V, and the result match."""
+    g = G()
+    grouped_attention(g, HQ, "seq_axis", n=2)
+    model = g.model({"q": (F, [B, HQ, S, D]), "k": (F, [B, HQ, S, D]),
+                     "v": (F, [B, HQ, S, D]), "mask": (F, [B, 1, 1, 2 * S])})
+    feeds = {"q": rand(B, HQ, S, D), "k": rand(B, HQ, S, D), "v": rand(B, HQ, S, D),
+             "mask": rand(B, 1, 1, 2 * S)}
+    rt = load_and_check(model, feeds)
+    assert ops(rt)["Expand"] == 2
+
+
+def test_mixed_head_counts_are_not_attention():
+    """K of one head but V of all four: no grouping fits both; the MatMuls stay."""
+    g = G()
+    grouped_attention(g, 1, "broadcast")
+    model = g.model({"q": (F, [B, HQ, S, D]), "k": (F, [B, 1, S, D]), "v": (F, [B, HQ, S, D]),
+                     "mask": (F, [B, 1, 1, S])})
+    feeds = {"q": rand(B, HQ, S, D), "k": rand(B, 1, S, D), "v": rand(B, HQ, S, D),
+             "mask": rand(B, 1, 1, S)}
+    rt = load_and_check(model, feeds)
+    assert "Attention" not in ops(rt)
+
+
 def _head_split_attention(extra_output):
     """Attention over head splits of 3-D Q, K, V (B=2, S=9, 3 heads of 8), as the exporter
     writes it: Reshape to (B, S, H, d) and Transpose in, Transpose and Reshape out.  With

@@ -3,9 +3,10 @@
     s = MatMul(Q, K^T) [* c | / c] [+ mask | Where(cond, s, fill) ...]
     Y = MatMul(Softmax(s, axis=-1), V)          ==>  Y = Attention(Q, K, V, mask, scale)
 
-with Q (B, H, Sq, d), K^T (B, H, d, Skv), V (B, H, Skv, dv) all 4-D, B and H the same for
-the three (no broadcasting between them), and the scale a scalar constant on the scores
-or on Q and K^T before the product (their product is the attribute).  pplpy's Attention
+with Q (B, H, Sq, d), K^T (B, H, d, Skv), V (B, H, Skv, dv) all 4-D, B the same for the
+three and H too, or K and V of one head that the products broadcast to Q's H (multi-query
+attention, Falcon's: one KV head, kv_num_heads 1), and the scale a scalar constant on the
+scores or on Q and K^T before the product (their product is the attribute).  pplpy's Attention
 (opset 23) is a flash-style kernel that never writes the Sq x Skv score matrix, where the
 decomposed form writes it three times.  When Q, K^T and V are the exporter's head split of
 3-D (B, S, H*d) projections (Reshape to (B, S, H, d), then Transpose) and Y goes back the
@@ -13,7 +14,11 @@ same way (Transpose, Reshape to (B, Sq, H*dv)), the Attention node takes the 3-D
 (q_num_heads = kv_num_heads = H) and those eight copies go: the kernel addresses heads
 through strides either way.  Otherwise the 4-D (B, H, S, d) form reads Q, K, V as they are;
 K comes from K^T: when K^T is a Transpose, its input read through one Transpose (none when
-that is the identity), else a Transpose of K^T.
+that is the identity), else a Transpose of K^T.  Grouped-query attention as HF writes it,
+K and V each repeated to the query heads by ``repeat_kv`` (Unsqueeze at axis 2, Expand of
+that axis to n, Reshape merging it into the heads: head h is KV head h // n), reads the
+(B, H / n, S, d) K and V before the repeat: that is the Attention op's own grouping, so
+the two copies of K and V go and the kernel reads each KV head once per group.
 
 The softmax may be followed by the guard both PyTorch exporters write after a masked
 ``scaled_dot_product_attention``, Where(IsNaN(p), 0, p): it zeroes the rows whose every key
@@ -53,6 +58,7 @@ from pplpy.optimizer.passes.pattern_rule import (
     scaling,
     same_dim,
 )
+from pplpy.optimizer.passes.queries import unsqueeze_axes
 from pplpy.params.onnx import AttentionParam, TransposeParam
 
 ATTENTION_OPSET = 23
@@ -185,6 +191,39 @@ def _nan_guard(graph, probs):
     return [isnan, where], where.outputs[0]
 
 
+def _repeated(graph, name):
+    """(x, n) when ``name`` is HF's repeat_kv of x (B, Hkv, S, d): Reshape(Expand(
+    Unsqueeze(x, [2]), (B, Hkv, n, S, d)), (B, Hkv * n, S, d)), dims known; else None."""
+    r = producer(graph, name, "Reshape")
+    e = None if r is None else producer(graph, r.inputs[0], "Expand")
+    u = None if e is None else producer(graph, e.inputs[0], "Unsqueeze")
+    if u is None or unsqueeze_axes(graph, u) != [2]:
+        return None
+    x = u.inputs[0]
+    xd, ed, rd = dims_of(graph, x), dims_of(graph, e.outputs[0]), dims_of(graph, name)
+    if xd is None or ed is None or rd is None or (len(xd), len(ed), len(rd)) != (4, 5, 4):
+        return None
+    n, kv = ed[2], xd[1]
+    if not (isinstance(n, int) and isinstance(kv, int) and rd[1] == kv * n):
+        return None
+    keep = (0, 1, 3, 4)  # Expand grows axis 2 only; the Reshape merges it into the heads
+    if not all(same_dim(ed[i], xd[j]) for i, j in zip(keep, range(4))) or not all(
+            same_dim(rd[i], xd[i]) for i in (0, 2, 3)):
+        return None
+    return x, n
+
+
+def _ungrouped(graph, k, v, q_heads):
+    """(K, V) before repeat_kv when both are repeated n times to ``q_heads``, else as
+    given."""
+    kr, vr = _repeated(graph, k), _repeated(graph, v)
+    if kr is None or vr is None or kr[1] != vr[1] or not isinstance(q_heads, int):
+        return k, v
+    if dims_of(graph, kr[0])[1] * kr[1] != q_heads:
+        return k, v
+    return kr[0], vr[0]
+
+
 class RecognizeAttention(PatternRule):
     """MatMul/scale/mask/Softmax/MatMul to Attention; anchored on the Softmax."""
 
@@ -225,8 +264,9 @@ class RecognizeAttention(PatternRule):
         qd, ktd, vd = dims_of(graph, q), dims_of(graph, kt), dims_of(graph, v)
         if qd is None or ktd is None or vd is None or not len(qd) == len(ktd) == len(vd) == 4:
             return False
-        if not all(same_dim(qd[i], ktd[i]) and same_dim(qd[i], vd[i]) for i in (0, 1)):
-            return False  # batch or heads broadcast between Q, K, V
+        if not (same_dim(qd[0], ktd[0]) and same_dim(qd[0], vd[0])) or not (
+                same_dim(qd[1], ktd[1]) and same_dim(qd[1], vd[1]) or ktd[1] == vd[1] == 1):
+            return False  # batch broadcast between Q, K, V, or heads other than MQA's
         if not same_dim(ktd[3], vd[2]) or not all(is_float32(graph, n) for n in (q, kt, v)):
             return False
         scale *= q_scale * k_scale
@@ -244,6 +284,7 @@ class RecognizeAttention(PatternRule):
             param = AttentionParam(scale=float(scale))
             new_nodes = []
             k = self._untransposed(graph, kt, new_nodes)
+            k, v = _ungrouped(graph, k, v, qd[1])
         else:
             return False
         masks, causal = _causal_part(graph, masks, scores_dims)
