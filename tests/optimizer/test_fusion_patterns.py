@@ -544,6 +544,44 @@ def test_attention_near_misses(miss):
     assert "Attention" not in ops(rt)
 
 
+def softcapped_attention(g, cap=30.0, inner_cap=None, scale_after=False, inner_op="Div"):
+    """Gemma 2's scores: MatMul * scale, then cap * tanh(s / cap), then the mask."""
+    s = g.op("Mul", g.op("MatMul", "q", g.op("Transpose", "k", perm=[0, 1, 3, 2])),
+             g.c(1.0 / math.sqrt(D)))
+    inner = cap if inner_cap is None else inner_cap
+    s = g.op(inner_op, s, g.c(inner if inner_op == "Div" else 1.0 / inner))
+    s = g.op("Mul", g.op("Tanh", s), g.c(cap))
+    if scale_after:
+        s = g.op("Mul", s, g.c(0.5))
+    s = g.op("Add", s, "mask")
+    g.op("MatMul", g.op("Softmax", s, axis=-1), "v", out="y")
+
+
+@pytest.mark.parametrize("inner_op", ["Div", "Mul"])
+def test_attention_with_a_logit_softcap(inner_op):
+    """c * tanh(s / c) between the scale and the mask is the Attention op's softcap (applied
+    there too); scores large enough that the cap bends them."""
+    g = G()
+    softcapped_attention(g, cap=2.0, inner_op=inner_op)
+    model = g.model({n: (F, [B, H, S, D]) for n in "qkv"} | {"mask": (F, [B, 1, 1, S])})
+    feeds = {n: 3 * rand(B, H, S, D) for n in "qkv"} | {"mask": rand(B, 1, 1, S)}
+    rt = load_and_check(model, feeds)
+    node = fused(rt, "Attention")
+    assert node.param.softcap == pytest.approx(2.0) and not {"Tanh", "Softmax"} & set(ops(rt))
+
+
+@pytest.mark.parametrize("miss", ["other_inner_cap", "scale_after_cap"])
+def test_attention_softcap_near_misses(miss):
+    """cap * tanh(s / other) is no softcap; a scale after the cap cannot go before it."""
+    g = G()
+    softcapped_attention(g, cap=2.0, inner_cap=3.0 if miss == "other_inner_cap" else None,
+                         scale_after=miss == "scale_after_cap")
+    model = g.model({n: (F, [B, H, S, D]) for n in "qkv"} | {"mask": (F, [B, 1, 1, S])})
+    feeds = {n: 3 * rand(B, H, S, D) for n in "qkv"} | {"mask": rand(B, 1, 1, S)}
+    rt = load_and_check(model, feeds)
+    assert "Attention" not in ops(rt) and ops(rt)["Tanh"] == 1
+
+
 HQ = 4  # query heads of the grouped-query cases below
 
 

@@ -25,6 +25,9 @@ The softmax may be followed by the guard both PyTorch exporters write after a ma
 is masked with -inf, which the Attention kernel gives as 0 already; it goes with the match
 (a NaN score, which the guard would also turn into a row of zeros, gives NaN in the kernel).
 
+Between the masks and the scale there may be Gemma 2's logit cap, c * tanh(s / c): the
+Attention op's ``softcap``, which it applies there too (after the scale, before the masks).
+
 Masks apply after the scale, each broadcasting to (B, H, Sq, Skv) with exactly Skv keys
 (the Attention mask is padded, not broadcast, along the keys).  A lone mask that is the
 causal triangle in an exporter's spelling (causal_mask.py: Trilu of ones, or a comparison
@@ -191,6 +194,22 @@ def _nan_guard(graph, probs):
     return [isnan, where], where.outputs[0]
 
 
+def _softcap(graph, node):
+    """(x, c, [Tanh, Div]) when ``node`` is Gemma 2's logit cap c * tanh(x / c) (the Div
+    may be a Mul by 1 / c), c > 0, its inner values read only along it; else None."""
+    outer = scaling(graph, node)
+    if outer is None or outer[1] <= 0 or node.op_type != "Mul":
+        return None
+    tanh = producer(graph, outer[0], "Tanh")
+    inner = None if tanh is None else scaling(graph, graph.producer(tanh.inputs[0]))
+    if inner is None or not math.isclose(inner[1] * outer[1], 1.0, rel_tol=1e-6):
+        return None
+    if (only_reader(graph, outer[0], "Mul") is not node
+            or only_reader(graph, tanh.inputs[0], "Tanh") is not tanh):
+        return None
+    return inner[0], outer[1], [tanh, graph.producer(tanh.inputs[0])]
+
+
 def _repeated(graph, name):
     """(x, n) when ``name`` is HF's repeat_kv of x (B, Hkv, S, d): Reshape(Expand(
     Unsqueeze(x, [2]), (B, Hkv, n, S, d)), (B, Hkv * n, S, d)), dims known; else None."""
@@ -239,13 +258,18 @@ class RecognizeAttention(PatternRule):
         if pv is None or pv.inputs[0] != probs:
             return False
         matched, masks = [softmax, *guard, pv], []
-        name, scale, scaled = softmax.inputs[0], 1.0, False
-        while True:  # back from the softmax: masks, then scales, then the product
+        name, scale, scaled, softcap = softmax.inputs[0], 1.0, False, 0.0
+        while True:  # back from the softmax: masks, softcap, scales, then the product
             node = graph.producer(name)
             if node is None or node.domain != "" or len(matched) > 8 + MAX_MASKS:
                 return False
             if node.op_type == "MatMul":
                 break
+            cap = None if scaled or softcap else _softcap(graph, node)
+            if cap is not None:
+                name, softcap = cap[0], cap[1]
+                matched += [node, *cap[2]]
+                continue
             s = scaling(graph, node)
             if s is not None:
                 name, scale, scaled = s[0], scale * s[1], True
@@ -278,10 +302,11 @@ class RecognizeAttention(PatternRule):
         if split is not None and self.can_replace(graph, matched + split[4], split[3]):
             q, k, v, out, nodes, heads = split
             matched = matched + nodes
-            param = AttentionParam(scale=float(scale), q_num_heads=heads, kv_num_heads=heads)
+            param = AttentionParam(scale=float(scale), q_num_heads=heads, kv_num_heads=heads,
+                                   softcap=softcap)
             new_nodes = []
         elif self.can_replace(graph, matched, out):
-            param = AttentionParam(scale=float(scale))
+            param = AttentionParam(scale=float(scale), softcap=softcap)
             new_nodes = []
             k = self._untransposed(graph, kt, new_nodes)
             k, v = _ungrouped(graph, k, v, qd[1])
