@@ -544,10 +544,13 @@ def test_attention_near_misses(miss):
     assert "Attention" not in ops(rt)
 
 
-def softcapped_attention(g, cap=30.0, inner_cap=None, scale_after=False, inner_op="Div"):
+def softcapped_attention(g, cap=30.0, inner_cap=None, scale_after=False, inner_op="Div",
+                         mask_first=False):
     """Gemma 2's scores: MatMul * scale, then cap * tanh(s / cap), then the mask."""
     s = g.op("Mul", g.op("MatMul", "q", g.op("Transpose", "k", perm=[0, 1, 3, 2])),
              g.c(1.0 / math.sqrt(D)))
+    if mask_first:
+        s = g.op("Add", s, "mask2")
     inner = cap if inner_cap is None else inner_cap
     s = g.op(inner_op, s, g.c(inner if inner_op == "Div" else 1.0 / inner))
     s = g.op("Mul", g.op("Tanh", s), g.c(cap))
@@ -570,14 +573,19 @@ def test_attention_with_a_logit_softcap(inner_op):
     assert node.param.softcap == pytest.approx(2.0) and not {"Tanh", "Softmax"} & set(ops(rt))
 
 
-@pytest.mark.parametrize("miss", ["other_inner_cap", "scale_after_cap"])
+@pytest.mark.parametrize("miss", ["other_inner_cap", "scale_after_cap", "mask_before_cap"])
 def test_attention_softcap_near_misses(miss):
-    """cap * tanh(s / other) is no softcap; a scale after the cap cannot go before it."""
+    """cap * tanh(s / other) is no softcap; a scale after the cap cannot go before it; a
+    mask before the cap is capped with the scores, where the op adds its masks after."""
     g = G()
     softcapped_attention(g, cap=2.0, inner_cap=3.0 if miss == "other_inner_cap" else None,
-                         scale_after=miss == "scale_after_cap")
-    model = g.model({n: (F, [B, H, S, D]) for n in "qkv"} | {"mask": (F, [B, 1, 1, S])})
+                         scale_after=miss == "scale_after_cap",
+                         mask_first=miss == "mask_before_cap")
+    inputs = {n: (F, [B, H, S, D]) for n in "qkv"} | {"mask": (F, [B, 1, 1, S])}
     feeds = {n: 3 * rand(B, H, S, D) for n in "qkv"} | {"mask": rand(B, 1, 1, S)}
+    if miss == "mask_before_cap":
+        inputs["mask2"], feeds["mask2"] = (F, [B, 1, 1, S]), rand(B, 1, 1, S)
+    model = g.model(inputs)
     rt = load_and_check(model, feeds)
     assert "Attention" not in ops(rt) and ops(rt)["Tanh"] == 1
 

@@ -273,8 +273,8 @@ class RecognizeAttention(PatternRule):
             s = scaling(graph, node)
             if s is not None:
                 name, scale, scaled = s[0], scale * s[1], True
-            elif scaled:
-                return False  # a mask before the scale: softmax((s + m) * c) differs
+            elif scaled or softcap:
+                return False  # a mask before the scale or the cap: softmax((s + m) * c) differs
             else:
                 name = _masks(graph, node, scores_dims, masks)
                 if name is None:
