@@ -168,3 +168,27 @@ def test_dump_graph_shows_the_algorithm(tmp_path, monkeypatch, forced):
     rt = pplpy.load(path, num_threads=1)
     text = format_graph(rt.graph, rt.result.ops, rt.tensor_shapes(), kernels=rt.result.kernels)
     assert f"algorithm  {forced or 'winograd_f4x3'}" in text
+
+
+def test_strided_conv_stack_over_a_free_length_loads(isa, tmp_path):
+    """wav2vec2's feature encoder: 1-D convs (kernel 10 stride 5, then kernel 3 stride 2)
+    over a free length.  At build time that length holds its probe value, which the stack
+    takes below the last kernel's size: the kernel's algorithm choice must take the size as
+    unknown (loading had failed with an internal error), and every real length run; one too
+    short for the stack is the same ShapeError ONNX Runtime reports."""
+    chans, nodes, inits, x = 4, [], [], "x"
+    for i, (k, s) in enumerate([(10, 5), (3, 2), (3, 2), (3, 2), (3, 2)]):
+        inits.append((f"w{i}", rand(chans, 1 if i == 0 else chans, k) / np.float32(k * chans)))
+        out = "y" if i == 4 else f"c{i}"
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [out], strides=[s]))
+        x = out
+    model = make_model(nodes, [("x", FLOAT, [1, 1, "T"])], [("y", FLOAT, None)], inits)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(path, max_isa=isa, num_threads=1)
+    for length in (400, 1000, 4001):
+        feeds = {"x": rand(1, 1, length)}
+        (want,) = ReferenceEvaluator(model).run(None, feeds)
+        np.testing.assert_allclose(rt.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(PplError, match="smaller than the effective kernel"):
+        rt.run({"x": rand(1, 1, 60)})

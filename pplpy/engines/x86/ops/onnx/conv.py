@@ -118,7 +118,14 @@ class ConvKernel(X86Kernel):
         out_spatial = None
         if w is not None and x_dims is not None and all(
                 isinstance(d, (int, np.integer)) for d in x_dims[2:]):
-            out_spatial = tuple(op.geometry(x_dims, w.shape)[0])
+            try:
+                out_spatial = tuple(op.geometry(x_dims, w.shape)[0])
+            except ValueError:
+                # Dims that follow a free input dim hold its build-time probe value (64 and
+                # up): a stack of strided convs (wav2vec2's feature encoder) can take that
+                # below a kernel's size.  Real inputs are checked when a run plans its
+                # shapes; for the choice here the size is unknown.
+                out_spatial = None
         self.algorithm = choose_algorithm(self.param, x_dims,
                                           None if w is None else w.shape, w is not None,
                                           out_spatial)
