@@ -64,6 +64,32 @@ def test_transpose(dtype, shape, perm):
     np.testing.assert_array_equal(y, want)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "shape, perm",
+    [((100, 70), (1, 0)), ((3, 45, 37), (0, 2, 1)), ((2, 33, 5, 40), (0, 3, 2, 1)),
+     ((16, 16), (1, 0)), ((130, 200), (1, 0)), ((64, 65), (1, 0)), ((4100, 128), (1, 0))],
+    ids=str,
+)
+def test_transpose_in_tiles(dtype, shape, perm):
+    """The source contiguous along an output axis other than the last, both at least 16
+    long: the copy runs in tiles of 64 x 64 through a buffer (partial tiles of every size,
+    an outer dim between the two axes, one big enough to run in parallel)."""
+    x = rand(shape, dtype)
+    want = x.transpose(perm)
+    y = both_threads(lambda y, t: m.transpose(x, perm, y, t), want.shape, dtype)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_broadcast_copy_in_tiles():
+    """A column broadcast along the last axis (source stride 0 there, Expand's form) goes
+    the tiled way too."""
+    x = rand((70, 1), np.float32)
+    view = np.broadcast_to(x, (70, 45))
+    y = both_threads(lambda y, t: m.strided_copy(view, y, t), view.shape, np.float32)
+    np.testing.assert_array_equal(y, view)
+
+
 @settings(derandomize=True, max_examples=50, deadline=None)
 @given(st.lists(st.integers(1, 5), min_size=1, max_size=6), st.data(),
        st.sampled_from([np.uint8, np.int16, np.float32, np.float64]))
