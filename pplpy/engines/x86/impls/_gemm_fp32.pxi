@@ -79,7 +79,12 @@ cdef enum:
     _A_PAD = 16         # floats past each row of the copied A chunk (one cache line)
     _MC_TILES = 16      # register tiles per row block (96 rows at fma): A block in L2
     _MAX_GROUP_COLS = 256   # columns per work item at most
-    _ITEMS_PER_THREAD = 4   # enough work items to balance threads on small shapes
+    # Work items per thread wanted on shapes of one row block (split over N into panel
+    # groups): 2, enough for the claims to even out a slowed thread.  4 made groups of one
+    # or two panels, and 196 x 1536 x 384 (ConvNeXt-T's stage-3 MLP) ran 1.6x faster on two
+    # threads than on one; at 2: 1.9x, no shape of brgemm.py's or BERT's slower (2-core
+    # Zen 4 EPYC, benchmarks/gemm_threads.py).
+    _ITEMS_PER_THREAD = 2
     _PARALLEL_FLOPS = 1 << 20   # a smaller product runs as a serial step ...
     _PARALLEL_B_BYTES = 1 << 17     # ... unless its B is at least this large
 
