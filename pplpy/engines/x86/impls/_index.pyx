@@ -230,21 +230,60 @@ cdef inline void advance(Py_ssize_t rank, const Py_ssize_t *dims, Py_ssize_t *id
         k -= 1
 
 
+cdef inline void copy_element(char *dst, const char *src, Py_ssize_t es) noexcept nogil:
+    if es == 4:
+        (<uint32_t *>dst)[0] = (<const uint32_t *>src)[0]
+    elif es == 8:
+        (<uint64_t *>dst)[0] = (<const uint64_t *>src)[0]
+    else:
+        memcpy(dst, src, es)
+
+
 cdef void gather_elements_step(const void *a, int tid, int nthreads) noexcept nogil:
+    # Row by row along the last axis of indices: the data offset of a row's other axes is
+    # summed once per row, then each element adds its index (and its column, when the axis
+    # is not the last).  Element by element through every axis, DeBERTa's relative-position
+    # gathers (12 x 128 x 128 from 12 x 128 x 512) took 1 ms each, 9% of the model.
     cdef const ElementsArgs *args = <const ElementsArgs *>a
-    cdef Py_ssize_t b, e, t, off, es = args.es
+    cdef Py_ssize_t b, e, t, k, off, stop, base, col, es = args.es, last = args.rank - 1
+    cdef Py_ssize_t axis = args.axis, n = args.ddims[args.axis] if args.rank else 1
+    cdef Py_ssize_t step_j = args.dstrides[axis] if args.rank else 0
+    cdef Py_ssize_t step_col = 0 if axis == last or args.rank == 0 else args.dstrides[last]
+    cdef Py_ssize_t inner = args.idims[last] if args.rank else 1
+    cdef int64_t j, given
     cdef Py_ssize_t idx[MAX_RANK]
     ppl_partition(args.count, tid, nthreads, &b, &e)
     if b >= e:
         return
     decode(b, args.rank, args.idims, idx)
-    for t in range(b, e):
-        off = element_target(args, idx, read_index(args.indices, t, args.index_size))
-        if off >= 0:
-            memcpy(args.dst + t * es, args.data + off * es, es)
-        else:
-            memset(args.dst + t * es, 0, es)
-        advance(args.rank, args.idims, idx)
+    t = b
+    while t < e:
+        base = 0
+        for k in range(last):
+            if k != axis:
+                base += idx[k] * args.dstrides[k]
+        col = idx[last] if args.rank else 0
+        stop = min(e, t + inner - col)
+        while t < stop:
+            j = read_index(args.indices, t, args.index_size)
+            given = j
+            if in_dim(&j, n):
+                off = base + j * step_j + col * step_col
+                copy_element(args.dst + t * es, args.data + off * es, es)
+            else:
+                ppl_fault_record(<ppl_fault *>&args.fault, given)
+                memset(args.dst + t * es, 0, es)
+            t += 1
+            col += 1
+        if args.rank:  # the next row: the odometer over the axes before the last
+            idx[last] = 0
+            k = last - 1
+            while k >= 0:
+                idx[k] += 1
+                if idx[k] < args.idims[k]:
+                    break
+                idx[k] = 0
+                k -= 1
 
 
 cdef void scatter_elements_step(const void *a, int tid, int nthreads) noexcept nogil:

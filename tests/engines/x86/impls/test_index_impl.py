@@ -39,6 +39,25 @@ def test_gather_elements(dtype, num_threads):
 
 
 @pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("axis", [0, 1, 2, 3])
+@pytest.mark.parametrize("dtype, index_dtype", [(np.float32, np.int64), (np.int64, np.int32),
+                                                (np.uint8, np.int64), (np.float16, np.int32)])
+def test_gather_elements_every_axis(axis, dtype, index_dtype, num_threads):
+    """Rows along the last axis, whichever the gathered one (DeBERTa's relative positions
+    gather along the last); indices smaller than data off the axis; negative indices;
+    rows cut between the threads' shares (3 * 4 * 5 * 999 elements)."""
+    data = (RNG.standard_normal((3, 5, 6, 1000)) * 10).astype(dtype)
+    shape = [3, 4, 5, 999]
+    shape[axis] = 7
+    n = data.shape[axis]
+    idx = RNG.integers(-n, n, shape).astype(index_dtype)
+    y = np.empty(idx.shape, dtype)
+    _index.gather_elements(data, idx, axis, y, num_threads)
+    sliced = data[tuple(slice(0, d) if k != axis else slice(None) for k, d in enumerate(shape))]
+    np.testing.assert_array_equal(y, np.take_along_axis(sliced, idx % n, axis))
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
 def test_gather_elements_out_of_range_gives_zeros_and_raises(num_threads):
     data = np.ones((2, 3), np.float32)
     y = np.empty((2, 3), np.float32)
