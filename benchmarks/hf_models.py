@@ -2,6 +2,8 @@
 in one process: what a user who exports a model with torch.onnx.export gets.
 
     python benchmarks/hf_models.py export DIR [--models bert,gpt2,vit,distilbert]
+                                              (or any of MORE_MODELS: convnext,segformer,
+                                              deberta)
                                               [--exporters torchscript,dynamo]
     python benchmarks/hf_models.py run DIR [--threads 1,2] [--repeats 7]
 
@@ -32,6 +34,10 @@ prefer_checkout()
 
 SEQ = 128
 MODELS = ("bert", "gpt2", "vit", "distilbert")
+# Exported on request (--models): ConvNeXt-T at 224 x 224, SegFormer's MiT-b0 at 512 x 512
+# and DeBERTa-v3-base (relative attention, p2c and c2p), where session 22 found pplpy
+# behind ORT (0.88-0.98: slow transposes, GatherElements, two-thread GEMM splits).
+MORE_MODELS = ("convnext", "segformer", "deberta")
 EXPORTERS = ("torchscript", "dynamo")
 FUSED = ("Attention", "PackedAttention", "MatMulBias", "AddLayerNormalization",
          "LayerNormalization", "RMSNormalization")
@@ -58,10 +64,25 @@ def _model(name, torch, transformers):
     ids = torch.randint(0, 1000, (1, SEQ), dtype=torch.int64)
     ones = torch.ones(1, SEQ, dtype=torch.int64)
     tokens = {0: "batch", 1: "seq"}
-    if name == "vit":
-        module = transformers.ViTModel(transformers.ViTConfig())
-        return (module, (torch.randn(1, 3, 224, 224),), ["pixel_values"],
+    images = {"vit": ("ViTModel", "ViTConfig", 224),
+              "convnext": ("ConvNextModel", "ConvNextConfig", 224),
+              "segformer": ("SegformerModel", "SegformerConfig", 512)}
+    if name in images:
+        cls, config, size = images[name]
+        module = getattr(transformers, cls)(getattr(transformers, config)())
+        # batch 2: with an example batch of 1, torch.export specializes ConvNeXt's batch
+        # to 1 and the dynamo export fails ("Constraints violated (batch)")
+        return (module, (torch.randn(2, 3, size, size),), ["pixel_values"],
                 ["last_hidden_state"], {"pixel_values": {0: "batch"}})
+    if name == "deberta":  # v3-base: relative attention through p2c and c2p, 256 buckets
+        config = transformers.DebertaV2Config(
+            hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+            intermediate_size=3072, relative_attention=True, pos_att_type=["p2c", "c2p"],
+            max_relative_positions=-1, position_buckets=256, norm_rel_ebd="layer_norm",
+            share_att_key=True, vocab_size=128100, position_biased_input=False)
+        return (transformers.DebertaV2Model(config), (ids, ones),
+                ["input_ids", "attention_mask"], ["last_hidden_state"],
+                {"input_ids": tokens, "attention_mask": tokens, "last_hidden_state": tokens})
     config, cls = {"bert": ("BertConfig", "BertModel"), "gpt2": ("GPT2Config", "GPT2Model"),
                    "distilbert": ("DistilBertConfig", "DistilBertModel")}[name]
     module = getattr(transformers, cls)(getattr(transformers, config)())
@@ -196,7 +217,12 @@ def main():
     r.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     if args.command == "export":
-        export(args.folder, args.models.split(","), args.exporters.split(","))
+        models = args.models.split(",")
+        unknown = sorted(set(models) - set(MODELS + MORE_MODELS))
+        if unknown:
+            parser.error(f"unknown model(s) {unknown}; choose from "
+                         f"{', '.join(MODELS + MORE_MODELS)}")
+        export(args.folder, models, args.exporters.split(","))
     else:
         run(args.folder, [int(t) for t in args.threads.split(",")], args.warmup, args.repeats)
 
