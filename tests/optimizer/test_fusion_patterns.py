@@ -182,6 +182,35 @@ def test_silu_becomes_swish(order):
     assert fused(rt, "Swish").opset == 24
 
 
+@pytest.mark.parametrize("form", ["mul", "mul_swapped", "div"])
+def test_quick_gelu_becomes_swish_with_its_scale(form):
+    """CLIP's QuickGELU, x * Sigmoid(1.702 x) (the scale a Mul either way, or a Div by its
+    inverse), is Swish with alpha 1.702; after a MatMul + bias it runs in the MatMulBias's
+    epilogue."""
+    g = G()
+    w, b = g.c(rand(16, 24)), g.c(rand(24))
+    h = g.op("Add", g.op("MatMul", "x", w), b)
+    if form == "div":
+        scaled = g.op("Div", h, g.c(1 / 1.702))
+    else:
+        scaled = g.op("Mul", *((h, g.c(1.702)) if form == "mul" else (g.c(1.702), h)))
+    g.op("Mul", h, g.op("Sigmoid", scaled), out="y")
+    rt = load_and_check(g.model(X), {"x": rand(2, 5, 16)}, rtol=1e-4)
+    assert ops(rt) == {"MatMulBias": 1}
+    (post,) = rt.result.ops[fused(rt, "MatMulBias")].post_ops
+    assert post.alg == PostOp.SWISH and post.p0 == pytest.approx(1.702, rel=1e-6)
+
+
+def test_quick_gelu_with_its_scaled_value_read_elsewhere_stays():
+    """The scaled value 1.702 x is also a graph output: the Mul must stay, and so the
+    Sigmoid and the product (Swish of x would not write it)."""
+    g = G()
+    scaled = g.op("Mul", "x", g.c(1.702), out="s")
+    g.op("Mul", "x", g.op("Sigmoid", scaled), out="y")
+    rt = load_and_check(g.model(X, ["y", "s"]), {"x": rand(2, 5, 16)})
+    assert "Swish" not in ops(rt)
+
+
 def test_sigmoid_times_another_value_stays():
     g = G()
     g.op("Mul", "x", g.op("Sigmoid", g.op("Neg", "x")), out="y")

@@ -4,13 +4,15 @@
     0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))         ==>  Gelu(x, "tanh")
     x * HardSigmoid(x, 1/6, 0.5)  |  x * Clip(x + 3, 0, 6) / 6      ==>  HardSwish(x)
     x * Sigmoid(x)  (SiLU)                                          ==>  Swish(x)
+    x * Sigmoid(c * x)  (CLIP's QuickGELU, c = 1.702)               ==>  Swish(x, alpha=c)
 
 Gelu exists from opset 20; the new node carries opset 20 whatever the model imports (a node
 selects its op by its own opset).  Both are activations the engine then fuses into the
 MatMul / Gemm before them, where the decomposed forms were 5 to 9 passes over memory.  The
 constants must match to 1e-6 relative; the products may come in any order, Div by c written
 as Mul by 1/c.  SiLU becomes Swish (opset 24, alpha 1): one activation, which a Conv before it
-then runs in its epilogue (EfficientNet, YOLO).
+then runs in its epilogue (EfficientNet, YOLO); with the scale inside the Sigmoid it is
+Swish's alpha (CLIP's QuickGELU then runs in its MatMulBias's epilogue).
 """
 
 import math
@@ -114,15 +116,22 @@ class RecognizeGelu(PatternRule):
         return self._hard_swish(graph, node)
 
     def _swish(self, graph, node):
-        x = node.inputs[0]
+        x, alpha, matched = node.inputs[0], 1.0, [node]
         mul = only_reader(graph, node.outputs[0], "Mul")
+        if mul is not None and other(mul, node.outputs[0]) != x:
+            scaled = scaling(graph, producer(graph, x, "Mul", "Div"))
+            if (scaled is not None and other(mul, node.outputs[0]) == scaled[0]
+                    and only_reader(graph, x, "Sigmoid") is node):
+                matched.append(graph.producer(x))
+                x, alpha = scaled
         if mul is None or other(mul, node.outputs[0]) != x or not is_float32(graph, x):
             return False
-        if not self.can_replace(graph, [node, mul], mul.outputs[0], same_dims_as=x):
+        if not self.can_replace(graph, matched + [mul], mul.outputs[0], same_dims_as=x):
             return False
         out = mul.outputs[0]
-        swish = self.new_node(graph, "Swish", SWISH_OPSET, [x], [out], SwishParam())
-        return self.replace(graph, [node, mul], out, [swish], "Swish")
+        swish = self.new_node(graph, "Swish", SWISH_OPSET, [x], [out], SwishParam(alpha=alpha))
+        return self.replace(graph, matched + [mul], out, [swish],
+                            "Swish" if alpha == 1.0 else "Swish(alpha)")
 
     def _gelu(self, graph, node):
         argument = (_erf_argument if node.op_type == "Erf" else _tanh_argument)(graph, node)
