@@ -420,8 +420,10 @@ def format_graph(graph, ops=None, tensor_shapes=None, title="after the x86 engin
     for i, node in enumerate(nodes):
         op_name = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"
         if is_inserted_reorder(node):
+            last = getattr(node.param, "channels_last", 0)
             lines.append(f"{i:>{width}} * {op_name} \"{node.name}\"  inserted: "
-                         f"{fmt_of(node.inputs[0])} -> {fmt_of(node.outputs[0])}")
+                         f"{fmt_of(node.inputs[0])} -> {fmt_of(node.outputs[0])}"
+                         + (f" (channels-last, rank {last})" if last else ""))
         else:
             lines.append(f"{i:>{width}}   {op_name} \"{node.name}\"")
         pad = " " * (width + 5)

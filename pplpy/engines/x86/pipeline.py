@@ -12,6 +12,7 @@ from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.passes.fuse_post_ops import fuse_post_ops
 from pplpy.engines.x86.passes.inference import infer_shapes, infer_types, symbolic_dims
+from pplpy.engines.x86.passes.layout_folding import fold_layout_transposes
 from pplpy.engines.x86.passes.reorder_insertion import select_formats_and_insert_reorders
 from pplpy.errors import PplError
 from pplpy.optimizer import PassContext
@@ -165,6 +166,14 @@ def fuse(state):
     return f"{fuse_post_ops(state.graph, state.ops)} fused"
 
 
+def fold_layouts(state):
+    """Reorders next to channels-last Transposes read or write channels-last themselves;
+    see passes/layout_folding.py.  Part of fusion: ``fusion=False`` keeps them apart."""
+    if not state.engine.options.fusion:
+        return "off"
+    return fold_layout_transposes(state)
+
+
 def create_kernels(state):
     """Each node's kernel, made once with its op context's frozen params: algorithm choice
     that does not depend on input shapes and weight packing happen here, so every runtime
@@ -225,6 +234,9 @@ PIPELINE = (
     ("select_formats", select_formats),
     # After formats: fusion only joins nodes whose formats already agree.
     ("fuse_post_ops", fuse),
+    # After the graph a saved optimised model takes (save_model.SAVE_AFTER): a Reorder and
+    # the channels-last Transpose (and Reshape) next to it as one copy.
+    ("fold_layout_transposes", fold_layouts),
     ("create_kernels", create_kernels),
     # Last: packing has copied what it needs.
     ("release_raw_weights", release_raw_weights),

@@ -10,10 +10,18 @@ from pplpy.params.onnx import AttentionParam
 
 @dataclass(frozen=True, slots=True)
 class ReorderParam:
-    """Convert a tensor from ``src`` to ``dst`` layout (NDARRAY <-> N16CX)."""
+    """Convert a tensor from ``src`` to ``dst`` layout (NDARRAY <-> N16CX).
+
+    ``channels_last`` 0: the NDARRAY side is channels-first, (N, C, spatial...).  3 or 4:
+    it is channels-last, of that rank: (N, L, C) with the N16CX side (N, C, H, W), L = H * W
+    (H and W from a second input, the shape of the Reshape the fold took), or (N, H, W, C);
+    made by passes/layout_folding.py from a Reorder and the Transpose (and Reshape) next to
+    it; ``allowzero`` is that Reshape's."""
 
     src: DataFormat
     dst: DataFormat
+    channels_last: int = 0
+    allowzero: int = 0
 
 
 @dataclass(frozen=True, slots=True)
