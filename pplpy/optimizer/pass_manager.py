@@ -36,7 +36,10 @@ from pplpy.optimizer.passes.basic_rules import (
 )
 from pplpy.optimizer.passes.channel_shuffle import RecognizeChannelShuffle
 from pplpy.optimizer.passes.concat import OptimizeConcats
-from pplpy.optimizer.passes.concat_activation import HoistActivationAboveConcat
+from pplpy.optimizer.passes.concat_activation import (
+    HoistActivationAboveConcat,
+    HoistActivationAboveReshape,
+)
 from pplpy.optimizer.passes.constant_folding import ConstantFolding
 from pplpy.optimizer.passes.cse import CommonSubexpressionElimination
 from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
@@ -76,6 +79,7 @@ PASSES = {
         ReduceMeanToGlobalPool,
         SwapReluMaxPool,
         HoistActivationAboveConcat,
+        HoistActivationAboveReshape,
         RecognizeChannelShuffle,
         FoldIntoBatchNorm,
         FoldIntoConv,
@@ -197,6 +201,8 @@ DEFAULT_PIPELINE = (
     # An activation after a Concat moves onto the Concat's parts, where post-op fusion puts
     # it in their producers' epilogues (fixed point: a chain of activations moves one by one).
     P("hoist_activations_above_concat", "fixed_point", modes=("fusion",)),
+    # Likewise above a Reshape (SegFormer's Mix-FFN: depthwise Conv, Reshape, GELU).
+    P("hoist_activations_above_reshapes", "fixed_point", modes=("fusion",)),
     # Last: runs of element-wise nodes the recognizers and folds left, as one pass over
     # memory each (oneDNN Graph's unary/binary chains, reference/004).  A lone activation
     # after a Conv/Gemm/MatMul stays for the engine's post-op fusion.

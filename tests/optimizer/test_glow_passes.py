@@ -221,6 +221,39 @@ def test_activation_after_concat_stays_when_no_part_can_take_it(save_model):
         "Concat")
 
 
+@pytest.mark.parametrize("reshape", ["Reshape", "Flatten"])
+def test_activation_after_a_reshape_of_a_conv_runs_in_its_epilogue(save_model, reshape):
+    """SegFormer's Mix-FFN: depthwise Conv, Reshape to a sequence, GELU: the GELU moves
+    above the Reshape and into the Conv's epilogue."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Reshape", ["c", "s"], ["r"]) if reshape == "Reshape"
+             else helper.make_node("Flatten", ["c"], ["r"], axis=2),
+             helper.make_node("Gelu", ["r"], ["y"])]
+    m = model(nodes, [("x", [2, 16, 4, 5])], {"w": rand(16, 1, 3, 3),
+                                               "s": np.array([2, 16, 20], np.int64)},
+              opset=20)
+    types, log = run(save_model, m, {"x": rand(2, 16, 4, 5)})
+    assert types == ["Conv", reshape]
+    assert f"Gelu before {reshape}" in logged(log, "hoist_activations_above_reshapes")
+    rt = pplpy.load(save_model(m))
+    (conv,) = [n for n in rt.graph.nodes if n.op_type == "Conv"]
+    assert [p.describe().split("(")[0] for p in rt.result.ops[conv].post_ops] == ["gelu"]
+
+
+def test_activation_after_a_reshape_stays_when_the_reshape_is_not_the_only_reader(save_model):
+    """The Conv's output also read elsewhere (a graph output): nothing to gain, the
+    activation stays after the Reshape."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c", "s"], ["r"]),
+             helper.make_node("Relu", ["r"], ["y"])]
+    m = model(nodes, [("x", [1, 3, 4, 5])], {"w": rand(4, 3, 3, 3),
+                                              "s": np.array([1, 4, 20], np.int64)},
+              outputs=("y", "c"))
+    types, log = run(save_model, m, {"x": rand(1, 3, 4, 5)})
+    assert types == ["Conv", "Reshape", "Relu"]
+    assert "before Reshape" not in logged(log, "hoist_activations_above_reshapes")
+
+
 @pytest.mark.parametrize("bounds, want", [([(0, 2), (2, 5), (5, 8)], []),
                                           ([(1, 3), (3, 6)], ["Slice"])])
 def test_concat_of_adjacent_slices(save_model, bounds, want):
