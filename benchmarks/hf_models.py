@@ -35,8 +35,8 @@ prefer_checkout()
 SEQ = 128
 MODELS = ("bert", "gpt2", "vit", "distilbert")
 # Exported on request (--models): ConvNeXt-T at 224 x 224, SegFormer's MiT-b0 at 512 x 512
-# and DeBERTa-v3-base (relative attention, p2c and c2p), where session 22 found pplpy
-# behind ORT (0.88-0.98: slow transposes, GatherElements, two-thread GEMM splits).
+# and DeBERTa-v3-base (relative attention, p2c and c2p): models pplpy had run behind ORT
+# (slow transposes, GatherElements, two-thread GEMM splits; docs/benchmarks.md "Session 22").
 MORE_MODELS = ("convnext", "segformer", "deberta")
 EXPORTERS = ("torchscript", "dynamo")
 FUSED = ("Attention", "PackedAttention", "MatMulBias", "AddLayerNormalization",

@@ -574,7 +574,7 @@ def test_attention_near_misses(miss):
 
 
 def softcapped_attention(g, cap=30.0, inner_cap=None, scale_after=False, inner_op="Div",
-                         mask_first=False):
+                         mask_first=False, bool_mask=False):
     """Gemma 2's scores: MatMul * scale, then cap * tanh(s / cap), then the mask."""
     s = g.op("Mul", g.op("MatMul", "q", g.op("Transpose", "k", perm=[0, 1, 3, 2])),
              g.c(1.0 / math.sqrt(D)))
@@ -585,18 +585,27 @@ def softcapped_attention(g, cap=30.0, inner_cap=None, scale_after=False, inner_o
     s = g.op("Mul", g.op("Tanh", s), g.c(cap))
     if scale_after:
         s = g.op("Mul", s, g.c(0.5))
-    s = g.op("Add", s, "mask")
+    s = g.op("Where", "keep", s, g.c(NEG_INF)) if bool_mask else g.op("Add", s, "mask")
     g.op("MatMul", g.op("Softmax", s, axis=-1), "v", out="y")
 
 
-@pytest.mark.parametrize("inner_op", ["Div", "Mul"])
-def test_attention_with_a_logit_softcap(inner_op):
+@pytest.mark.parametrize("inner_op, bool_mask", [("Div", False), ("Mul", False),
+                                                 ("Div", True)])
+def test_attention_with_a_logit_softcap(inner_op, bool_mask):
     """c * tanh(s / c) between the scale and the mask is the Attention op's softcap (applied
-    there too); scores large enough that the cap bends them."""
+    there too, so a -inf mask still removes its keys); scores large enough that the cap
+    bends them."""
     g = G()
-    softcapped_attention(g, cap=2.0, inner_op=inner_op)
-    model = g.model({n: (F, [B, H, S, D]) for n in "qkv"} | {"mask": (F, [B, 1, 1, S])})
-    feeds = {n: 3 * rand(B, H, S, D) for n in "qkv"} | {"mask": rand(B, 1, 1, S)}
+    softcapped_attention(g, cap=2.0, inner_op=inner_op, bool_mask=bool_mask)
+    if bool_mask:
+        keep = RNG.random((B, 1, S, S)) < 0.6
+        keep[..., 0] = True  # every query keeps a key
+        model = g.model({n: (F, [B, H, S, D]) for n in "qkv"}
+                        | {"keep": (TensorProto.BOOL, [B, 1, S, S])})
+        feeds = {n: 3 * rand(B, H, S, D) for n in "qkv"} | {"keep": keep}
+    else:
+        model = g.model({n: (F, [B, H, S, D]) for n in "qkv"} | {"mask": (F, [B, 1, 1, S])})
+        feeds = {n: 3 * rand(B, H, S, D) for n in "qkv"} | {"mask": rand(B, 1, 1, S)}
     rt = load_and_check(model, feeds)
     node = fused(rt, "Attention")
     assert node.param.softcap == pytest.approx(2.0) and not {"Tanh", "Softmax"} & set(ops(rt))
@@ -622,7 +631,7 @@ def test_attention_softcap_near_misses(miss):
 HQ = 4  # query heads of the grouped-query cases below
 
 
-def grouped_attention(g, kv_heads, repeat="repeat_kv", scale_q=True, n=None):
+def grouped_attention(g, kv_heads, repeat="repeat_kv", scale_q=True, n=None, axis=2):
     """An LLM's 4-D SDPA after RoPE (q (B, 4, S, D), k and v (B, kv_heads, S, D) as given):
     K and V repeated to the query heads as HF's repeat_kv writes it (Unsqueeze at 2, Expand,
     Reshape), or ``repeat`` "broadcast" (the MatMuls broadcast one KV head: Falcon's MQA),
@@ -630,9 +639,10 @@ def grouped_attention(g, kv_heads, repeat="repeat_kv", scale_q=True, n=None):
     n = n or HQ // kv_heads
     k, v = "k", "v"
     if repeat in ("repeat_kv", "seq_axis"):
-        axis = 2 if repeat == "repeat_kv" else 3
-        grown = [B, kv_heads, n, S, D] if axis == 2 else [B, kv_heads, S, n, D]
-        merged = [B, HQ, S, D] if axis == 2 else [B, kv_heads, S * n, D]
+        axis = axis if repeat == "repeat_kv" else 3
+        heads = axis in (2, -3)  # (-3 of the 5-D result is 2)
+        grown = [B, kv_heads, n, S, D] if heads else [B, kv_heads, S, n, D]
+        merged = [B, HQ, S, D] if heads else [B, kv_heads, S * n, D]
 
         def rep(x):
             e = g.op("Expand", g.op("Unsqueeze", x, g.c([axis], np.int64)),
@@ -644,14 +654,14 @@ def grouped_attention(g, kv_heads, repeat="repeat_kv", scale_q=True, n=None):
     g.op("MatMul", g.op("Softmax", s, axis=-1), v, out="y")
 
 
-@pytest.mark.parametrize("kv_heads, repeat", [(2, "repeat_kv"), (1, "repeat_kv"),
-                                              (1, "broadcast")])
-def test_grouped_query_attention_reads_kv_before_the_repeat(kv_heads, repeat):
-    """GQA through repeat_kv (Llama, Qwen2, Mistral) and MQA through the MatMuls' own
-    broadcast of one KV head (Falcon): one 4-D Attention reading the unrepeated K and V,
-    the Expand copies gone."""
+@pytest.mark.parametrize("kv_heads, repeat, axis", [(2, "repeat_kv", 2), (1, "repeat_kv", 2),
+                                                    (2, "repeat_kv", -3), (1, "broadcast", 2)])
+def test_grouped_query_attention_reads_kv_before_the_repeat(kv_heads, repeat, axis):
+    """GQA through repeat_kv (Llama, Qwen2, Mistral; its Unsqueeze axis 2 or -3) and MQA
+    through the MatMuls' own broadcast of one KV head (Falcon): one 4-D Attention reading
+    the unrepeated K and V, the Expand copies gone."""
     g = G()
-    grouped_attention(g, kv_heads, repeat)
+    grouped_attention(g, kv_heads, repeat, axis=axis)
     model = g.model({"q": (F, [B, HQ, S, D]), "k": (F, [B, kv_heads, S, D]),
                      "v": (F, [B, kv_heads, S, D]), "mask": (F, [B, 1, 1, S])})
     feeds = {"q": rand(B, HQ, S, D), "k": rand(B, kv_heads, S, D),

@@ -10,7 +10,8 @@ output, and the activation after it (BERT's Gelu) could not fuse into the MatMul
 because the Add stood between them.  pplpy's MatMulBias runs the product as one gemm with
 the leading dims folded into M and the bias in the epilogue, where the engine's post-op
 fusion then adds the activation.  Runs after fold_into_gemm, so a per-column scale after
-the MatMul is already folded into W.
+the MatMul is already folded into W; the pipeline runs fold_into_gemm again afterwards,
+which folds a scale or shift after the bias into W and the bias.
 
 HF's GPT-2 writes its projections through 2-D Gemms: ``unflatten_gemm`` turns them into
 the MatMul + Add this pass takes.

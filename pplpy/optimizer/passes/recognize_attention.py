@@ -5,7 +5,7 @@
 
 with Q (B, H, Sq, d), K^T (B, H, d, Skv), V (B, H, Skv, dv) all 4-D, B the same for the
 three and H too, or K and V of one head that the products broadcast to Q's H (multi-query
-attention, Falcon's: one KV head, kv_num_heads 1), and the scale a scalar constant on the
+attention, Falcon's: the 4-D Attention reads one KV head from K's shape), and the scale a scalar constant on the
 scores or on Q and K^T before the product (their product is the attribute).  pplpy's Attention
 (opset 23) is a flash-style kernel that never writes the Sq x Skv score matrix, where the
 decomposed form writes it three times.  When Q, K^T and V are the exporter's head split of
@@ -216,7 +216,8 @@ def _repeated(graph, name):
     r = producer(graph, name, "Reshape")
     e = None if r is None else producer(graph, r.inputs[0], "Expand")
     u = None if e is None else producer(graph, e.inputs[0], "Unsqueeze")
-    if u is None or unsqueeze_axes(graph, u) != [2]:
+    axes = None if u is None else unsqueeze_axes(graph, u)
+    if axes is None or [a % 5 for a in axes] != [2]:  # (-3 of the 5-D result is 2)
         return None
     x = u.inputs[0]
     xd, ed, rd = dims_of(graph, x), dims_of(graph, e.outputs[0]), dims_of(graph, name)

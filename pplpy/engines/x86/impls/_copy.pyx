@@ -260,7 +260,8 @@ cdef void strided_copy_step(const void *a, int tid, int nthreads) noexcept nogil
 
 cdef enum:
     TILE = 64
-    # Both axes at least this long go in tiles (shorter ones as partial tiles).
+    # Both axes at least this long go in tiles (a shorter one, or the remainder past the
+    # last whole tile, as a partial tile).
     MIN_TILED = 16
 
 
@@ -354,6 +355,13 @@ def coalesce(dims, strides, Py_ssize_t es):
     if not out_d:
         out_d, out_s = [1], [es]
     return out_d, out_s
+
+
+def strided_copy_kind(Py_ssize_t es, dims, strides):
+    """"tiled" or "strided": how make_strided_copy_step copies ``dims`` read through
+    ``strides`` (after merging dims), for tests and benchmarks."""
+    dims, strides = coalesce(dims, strides, es)
+    return "tiled" if tiled_axis(dims, strides, es) >= 0 else "strided"
 
 
 def make_strided_copy_step(size_t dst, size_t src, Py_ssize_t es, dims, strides):

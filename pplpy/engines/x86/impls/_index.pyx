@@ -246,7 +246,7 @@ cdef void gather_elements_step(const void *a, int tid, int nthreads) noexcept no
     # gathers (12 x 128 x 128 from 12 x 128 x 512) took 1 ms each, 9% of the model.
     cdef const ElementsArgs *args = <const ElementsArgs *>a
     cdef Py_ssize_t b, e, t, k, off, stop, base, col, es = args.es, last = args.rank - 1
-    cdef Py_ssize_t axis = args.axis, n = args.ddims[args.axis] if args.rank else 1
+    cdef Py_ssize_t axis = args.axis, n = args.ddims[args.axis] if args.rank else 0
     cdef Py_ssize_t step_j = args.dstrides[axis] if args.rank else 0
     cdef Py_ssize_t step_col = 0 if axis == last or args.rank == 0 else args.dstrides[last]
     cdef Py_ssize_t inner = args.idims[last] if args.rank else 1
@@ -275,15 +275,9 @@ cdef void gather_elements_step(const void *a, int tid, int nthreads) noexcept no
                 memset(args.dst + t * es, 0, es)
             t += 1
             col += 1
-        if args.rank:  # the next row: the odometer over the axes before the last
-            idx[last] = 0
-            k = last - 1
-            while k >= 0:
-                idx[k] += 1
-                if idx[k] < args.idims[k]:
-                    break
-                idx[k] = 0
-                k -= 1
+        if args.rank:  # the next row: the row's last column, advanced once
+            idx[last] = args.idims[last] - 1
+            advance(args.rank, args.idims, idx)
 
 
 cdef void scatter_elements_step(const void *a, int tid, int nthreads) noexcept nogil:

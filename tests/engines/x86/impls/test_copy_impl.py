@@ -81,6 +81,21 @@ def test_transpose_in_tiles(dtype, shape, perm):
     np.testing.assert_array_equal(y, want)
 
 
+def test_which_copies_go_in_tiles():
+    """The tiled path is taken where the source is contiguous along an output axis other
+    than the last and both are at least 16 long, and only there."""
+    def kind(shape, perm, es=4):
+        dims, strides = m.transpose_strides(shape, perm, es)
+        return m.strided_copy_kind(es, dims, strides)
+    assert kind((100, 70), (1, 0)) == "tiled"
+    assert kind((2, 33, 5, 40), (0, 3, 2, 1)) == "tiled"
+    assert kind((4100, 128), (1, 0), es=8) == "tiled"
+    assert kind((100, 70), (1, 0), es=16) == "strided"  # elements too big for the buffer
+    assert kind((15, 70), (1, 0)) == "strided"  # an axis shorter than 16
+    assert kind((2, 12, 128, 64), (0, 2, 1, 3)) == "strided"  # rows of 64 contiguous
+    assert m.strided_copy_kind(4, [70, 45], [4, 0]) == "tiled"  # Expand's column broadcast
+
+
 def test_broadcast_copy_in_tiles():
     """A column broadcast along the last axis (source stride 0 there, Expand's form) goes
     the tiled way too."""
