@@ -122,6 +122,14 @@ def gelu_erf(g, x, arg, order):
 
 
 def gelu_tanh(g, x, cube, order):
+    if cube.startswith("factored"):  # HF's gelu_fast, BLOOM: x * c * (1 + 0.044715 * x * x)
+        if cube == "factored_xc_x":
+            sq = g.op("Mul", g.op("Mul", x, g.c(0.044715)), x)
+        else:
+            sq = g.op("Mul", g.c(0.044715), g.op("Mul", x, x))
+        poly = g.op("Add", g.c(1.0), sq)
+        t = g.op("Tanh", g.op("Mul", g.op("Mul", x, g.c(math.sqrt(2 / math.pi))), poly))
+        return product(g, x, g.op("Add", t, g.c(1.0)), 0.5, order)
     if cube == "pow":
         x3 = g.op("Pow", x, g.c(3.0))
     elif cube == "xx_x":
@@ -148,7 +156,7 @@ def test_gelu_erf(arg, order):
 
 
 @pytest.mark.parametrize("order", ["xc_a", "xa_c", "ac_x"])
-@pytest.mark.parametrize("cube", ["pow", "xx_x", "x_xx"])
+@pytest.mark.parametrize("cube", ["pow", "xx_x", "x_xx", "factored_xc_x", "factored_c_xx"])
 def test_gelu_tanh(cube, order):
     g = G()
     gelu_tanh(g, "x", cube, order)

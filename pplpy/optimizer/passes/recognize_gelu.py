@@ -2,6 +2,7 @@
 
     x * 0.5 * (1 + Erf(x / sqrt(2)))                                ==>  Gelu(x)
     0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))         ==>  Gelu(x, "tanh")
+    0.5 * x * (1 + Tanh(x * sqrt(2/pi) * (1 + 0.044715 * x * x)))   ==>  Gelu(x, "tanh")
     x * HardSigmoid(x, 1/6, 0.5)  |  x * Clip(x + 3, 0, 6) / 6      ==>  HardSwish(x)
     x * Sigmoid(x)  (SiLU)                                          ==>  Swish(x)
     x * Sigmoid(c * x)  (CLIP's QuickGELU, c = 1.702)               ==>  Swish(x, alpha=c)
@@ -68,12 +69,51 @@ def _erf_argument(graph, erf):
     return s[0], [node]
 
 
+def _square_times(graph, name, factor):
+    """(x, nodes) when ``name`` is factor * x * x: (x * c) * x, c * (x * x) or (x * x) * c,
+    the products in either order."""
+    node = producer(graph, name, "Mul")
+    if node is None:
+        return None
+    s = scaling(graph, node)
+    if s is not None and close(s[1], factor):  # c * (x * x)
+        sq = producer(graph, s[0], "Mul")
+        if sq is not None and sq.inputs[0] == sq.inputs[1]:
+            return sq.inputs[0], [node, sq]
+        return None
+    for scaled, x in (node.inputs, node.inputs[::-1]):  # (x * c) * x
+        t = scaling(graph, producer(graph, scaled, "Mul", "Div"))
+        if t is not None and t[0] == x and close(t[1], factor):
+            return x, [node, graph.producer(scaled)]
+    return None
+
+
+def _factored_tanh_argument(graph, tanh):
+    """(x, nodes) when Tanh reads (x * sqrt(2/pi)) * (1 + 0.044715 * x * x): HF's
+    gelu_fast and BLOOM's bloom_gelu_forward, the cube factored."""
+    outer = producer(graph, tanh.inputs[0], "Mul")
+    if outer is None:
+        return None
+    for scaled, poly in (outer.inputs, outer.inputs[::-1]):
+        s = scaling(graph, producer(graph, scaled, "Mul", "Div"))
+        add = producer(graph, poly, "Add")
+        if s is None or not close(s[1], SQRT_2_OVER_PI) or add is None:
+            continue
+        for one, rest in (add.inputs, add.inputs[::-1]):
+            square = _square_times(graph, rest, GELU_CUBIC) if close(
+                scalar(graph, one), 1.0) else None
+            if square is not None and square[0] == s[0]:
+                return s[0], [outer, graph.producer(scaled), add] + square[1]
+    return None
+
+
 def _tanh_argument(graph, tanh):
-    """(x, nodes) when Tanh reads sqrt(2/pi) * (x + 0.044715 * x^3)."""
+    """(x, nodes) when Tanh reads sqrt(2/pi) * (x + 0.044715 * x^3), or that product
+    factored (_factored_tanh_argument)."""
     outer = producer(graph, tanh.inputs[0], "Mul", "Div")
     s = scaling(graph, outer)
     if s is None or not close(s[1], SQRT_2_OVER_PI):
-        return None
+        return _factored_tanh_argument(graph, tanh)
     inner = producer(graph, s[0], "Add")
     if inner is None:
         return None
