@@ -221,19 +221,30 @@ def test_activation_after_concat_stays_when_no_part_can_take_it(save_model):
         "Concat")
 
 
-@pytest.mark.parametrize("reshape", ["Reshape", "Flatten"])
+@pytest.mark.parametrize("reshape", ["Reshape", "Flatten", "shape_of_input"])
 def test_activation_after_a_reshape_of_a_conv_runs_in_its_epilogue(save_model, reshape):
     """SegFormer's Mix-FFN: depthwise Conv, Reshape to a sequence, GELU: the GELU moves
-    above the Reshape and into the Conv's epilogue."""
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=16),
-             helper.make_node("Reshape", ["c", "s"], ["r"]) if reshape == "Reshape"
-             else helper.make_node("Flatten", ["c"], ["r"], axis=2),
-             helper.make_node("Gelu", ["r"], ["y"])]
-    m = model(nodes, [("x", [2, 16, 4, 5])], {"w": rand(16, 1, 3, 3),
-                                               "s": np.array([2, 16, 20], np.int64)},
-              opset=20)
+    above the Reshape and into the Conv's epilogue (also where the Reshape's shape is
+    computed from the Conv output's own dims, as the TorchScript exporter writes
+    flatten(2): the Shape then reads the GELU's output)."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=16)]
+    inits = {"w": rand(16, 1, 3, 3), "s": np.array([2, 16, 20], np.int64)}
+    if reshape == "shape_of_input":
+        inits.update(lo=np.array([0], np.int64), hi=np.array([2], np.int64),
+                     m1=np.array([-1], np.int64))
+        nodes += [helper.make_node("Shape", ["c"], ["sc"]),
+                  helper.make_node("Slice", ["sc", "lo", "hi"], ["nc"]),
+                  helper.make_node("Concat", ["nc", "m1"], ["s2"], axis=0),
+                  helper.make_node("Reshape", ["c", "s2"], ["r"])]
+    elif reshape == "Reshape":
+        nodes.append(helper.make_node("Reshape", ["c", "s"], ["r"]))
+    else:
+        nodes.append(helper.make_node("Flatten", ["c"], ["r"], axis=2))
+    nodes.append(helper.make_node("Gelu", ["r"], ["y"]))
+    m = model(nodes, [("x", [2, 16, 4, 5])], inits, opset=20)
     types, log = run(save_model, m, {"x": rand(2, 16, 4, 5)})
-    assert types == ["Conv", reshape]
+    reshape = "Reshape" if reshape == "shape_of_input" else reshape
+    assert [t for t in types if t not in ("Shape", "Slice", "Concat")] == ["Conv", reshape]
     assert f"Gelu before {reshape}" in logged(log, "hoist_activations_above_reshapes")
     rt = pplpy.load(save_model(m))
     (conv,) = [n for n in rt.graph.nodes if n.op_type == "Conv"]

@@ -89,10 +89,22 @@ class HoistActivationAboveConcat(RewriteRule):
 RESHAPES = {("", "Reshape"), ("", "Flatten"), ("", "Squeeze"), ("", "Unsqueeze")}
 
 
+def _shape_readers(graph, name, node):
+    """The Shape nodes reading ``name`` when every reader but ``node`` is one (they read
+    dims only, which an element-wise op keeps), else None."""
+    if graph.is_graph_output(name):
+        return None
+    others = [reader for reader, _ in graph.uses(name) if reader is not node]
+    if any(reader.key != ("", "Shape") for reader in others):
+        return None
+    return others
+
+
 class HoistActivationAboveReshape(RewriteRule):
     """Reshape (Flatten, Squeeze, Unsqueeze) -> unary activation becomes activation ->
     Reshape, when the Reshape's data comes from an epilogue producer and only the Reshape
-    reads it."""
+    reads it (and Shape nodes: the TorchScript exporter's flatten(2) reads the dims of what
+    it reshapes; they then read the activation's output)."""
 
     name = "hoist_activations_above_reshapes"
     op_types = RESHAPES
@@ -106,13 +118,21 @@ class HoistActivationAboveReshape(RewriteRule):
         if any(name and not graph.is_constant(name) for name in act.inputs[1:]):
             return False
         x = node.inputs[0]
-        return (_float32(graph, x) and not graph.is_constant(x)
-                and only_reader(graph, x) is node
-                and HoistActivationAboveConcat._fusable(graph, x))
+        if not _float32(graph, x) or graph.is_constant(x) or [
+                reader for reader, _ in graph.uses(x)].count(node) != 1:
+            return False
+        shapes = _shape_readers(graph, x, node)
+        if shapes is None:
+            return False
+        if not shapes:
+            return HoistActivationAboveConcat._fusable(graph, x)
+        producer = graph.producer(x)
+        return producer is not None and producer.key in EPILOGUE_PRODUCERS
 
     def apply(self, graph, node, ctx):
         act = only_reader(graph, node.outputs[0])
         x, y = node.inputs[0], act.outputs[0]
+        shapes = _shape_readers(graph, x, node)
         out = graph.unique_name(f"{x}/{act.op_type}")
         graph.remove_node(act)
         graph.add_node(Node(act.name, act.op_type, act.domain, act.opset,
@@ -121,6 +141,8 @@ class HoistActivationAboveReshape(RewriteRule):
         record.dtype, record.dims = source.dtype, source.dims
         graph.set_input(node, 0, out)
         graph.set_output(node, 0, y)
+        for shape in shapes:
+            graph.set_input(shape, 0, out)
         graph.topological_sort()
         self.details[f"{act.op_type} before {node.op_type}"] += 1
         return True
