@@ -16,7 +16,7 @@ be packed into one.
     Gemm(A, B[, C]) -> ...                                   ==>  Gemm(A, B * s, beta*C*s + t)
     MatMul(A, B)    -> Mul(c)                                ==>  MatMul(A, B * c)
     MatMul(A, B)    -> Add(c), A 2-D                         ==>  Gemm(A, B, c)
-    pplpy::MatMulBias(A, B, b) -> ...                        ==>  MatMulBias(A, B * s, b * s + t)
+    pplpy::MatMulBias(A, B, b) -> ...                 ==>  MatMulBias(A, B * s, b * s + t)
     BatchNormalization(x, g, b, m, v) -> Mul | Add | Sub | Div(c)  ==>  BN(x, g * s, b * s + t, m, v)
 
 A chain of such ops folds one link at a time (the passes run to a fixed point), as Glow folds

@@ -5,10 +5,10 @@
 
 with Q (B, H, Sq, d), K^T (B, H, d, Skv), V (B, H, Skv, dv) all 4-D, B the same for the
 three and H too, or K and V of one head that the products broadcast to Q's H (multi-query
-attention, Falcon's: the 4-D Attention reads one KV head from K's shape), and the scale a scalar constant on the
-scores or on Q and K^T before the product (their product is the attribute).  pplpy's Attention
-(opset 23) is a flash-style kernel that never writes the Sq x Skv score matrix, where the
-decomposed form writes it three times.  When Q, K^T and V are the exporter's head split of
+attention, Falcon's: the 4-D Attention reads one KV head from K's shape), and the scale a
+scalar constant on the scores or on Q and K^T before the product (their product is the
+attribute).  pplpy's Attention (opset 23) is a flash-style kernel that never writes the
+Sq x Skv score matrix, where the decomposed form writes it three times.  When Q, K^T and V are the exporter's head split of
 3-D (B, S, H*d) projections (Reshape to (B, S, H, d), then Transpose) and Y goes back the
 same way (Transpose, Reshape to (B, Sq, H*dv)), the Attention node takes the 3-D form
 (q_num_heads = kv_num_heads = H) and those eight copies go: the kernel addresses heads

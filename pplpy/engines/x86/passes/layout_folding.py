@@ -19,8 +19,8 @@ a known multiple of 16 (no padding lanes to fill or drop), every intermediate va
 the next node only (and no graph output), and the Reshape must keep N and C (the same dims
 by the value records) and only split or merge the spatial axes.  The folded Reorder keeps
 the Reshape's shape input (and allowzero), and checks it each time a run plans its shapes:
-a shape that would not split or flatten H x W as the records said is a ShapeError there.  SegFormer-B0 at 512 x 512
-had 36 Transposes and 35 Reorders, a quarter of its time.
+a shape that would not split or flatten H x W as the records said is a ShapeError there.
+SegFormer-B0 at 512 x 512 had 36 Transposes and 35 Reorders, a quarter of its time.
 
 Runs after post-op fusion, the point where ``pplpy.save_optimized_model`` takes the graph
 (engines/x86/save_model.py), so a saved model keeps the Transposes and the standard
