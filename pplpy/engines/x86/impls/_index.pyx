@@ -239,6 +239,29 @@ cdef inline void copy_element(char *dst, const char *src, Py_ssize_t es) noexcep
         memcpy(dst, src, es)
 
 
+cdef inline (Py_ssize_t, Py_ssize_t) _gather_row_f32_i64(
+        const ElementsArgs *args, Py_ssize_t t, Py_ssize_t stop, Py_ssize_t col,
+        Py_ssize_t base, Py_ssize_t n, Py_ssize_t step_j, Py_ssize_t step_col) noexcept nogil:
+    """Elements [t, stop) of one row with 4-byte data and int64 indices, up to the first
+    index out of range (left to the general loop, which zeroes it and records it); returns
+    where it stopped and that element's column."""
+    cdef const int64_t *ind = <const int64_t *>args.indices
+    cdef const uint32_t *src = <const uint32_t *>args.data + base + col * step_col
+    cdef uint32_t *dst = <uint32_t *>args.dst
+    cdef int64_t j
+    while t < stop:
+        j = ind[t]
+        if j < 0:
+            j += n
+        if <uint64_t>j >= <uint64_t>n:
+            break
+        dst[t] = src[j * step_j]
+        src += step_col
+        t += 1
+        col += 1
+    return t, col
+
+
 cdef void gather_elements_step(const void *a, int tid, int nthreads) noexcept nogil:
     # Row by row along the last axis of indices: the data offset of a row's other axes is
     # summed once per row, then each element adds its index (and its column, when the axis
@@ -264,6 +287,8 @@ cdef void gather_elements_step(const void *a, int tid, int nthreads) noexcept no
                 base += idx[k] * args.dstrides[k]
         col = idx[last] if args.rank else 0
         stop = min(e, t + inner - col)
+        if es == 4 and args.index_size == 8:  # float32 by int64: the common case, typed
+            t, col = _gather_row_f32_i64(args, t, stop, col, base, n, step_j, step_col)
         while t < stop:
             j = read_index(args.indices, t, args.index_size)
             given = j

@@ -68,6 +68,18 @@ def test_gather_elements_out_of_range_gives_zeros_and_raises(num_threads):
     np.testing.assert_array_equal(y, [[1, 0, 0], [1, 1, 1]])
 
 
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_gather_elements_row_with_a_bad_index_in_its_middle(num_threads):
+    """float32 data by int64 indices (the typed fast loop) along the last axis: the bad
+    index stops it, the element is zeroed and recorded, the rest of the row still gathers."""
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    idx = np.array([[0, 1, 2, 3], [3, 9, -1, 0], [-4, 2, 2, 1]], np.int64)
+    y = np.empty(idx.shape, np.float32)
+    with pytest.raises(InputError, match="index 9 is out of range"):
+        _index.gather_elements(data, idx, 1, y, num_threads)
+    np.testing.assert_array_equal(y, [[0, 1, 2, 3], [7, 0, 7, 4], [8, 10, 10, 9]])
+
+
 # Each indexing step records an index out of range fed at run time and the run raises an
 # InputError after it (steps never fail mid-run: a gather writes zeros, a scatter skips);
 # the record is cleared, so the same step runs again cleanly with good indices.
