@@ -56,6 +56,7 @@ from pplpy.optimizer.passes.recognize_layer_norm import RecognizeLayerNorm
 from pplpy.optimizer.passes.reduce_mean_to_pool import ReduceMeanToGlobalPool
 from pplpy.optimizer.passes.relu_maxpool import SwapReluMaxPool
 from pplpy.optimizer.passes.reshape_cast_chains import MergeReshapes, SimplifyCasts
+from pplpy.optimizer.passes.split_projection import SplitGatedProjection
 from pplpy.optimizer.passes.sum_to_add import SumToAdd
 from pplpy.optimizer.passes.transposes import OptimizeTransposes, SinkTransposes
 from pplpy.optimizer.passes.unflatten_gemm import UnflattenGemm
@@ -67,6 +68,7 @@ PASSES = {
         RemoveIdentity,
         RemoveInferenceDropout,
         SumToAdd,
+        SplitGatedProjection,
         DeadCodeElimination,
         ConstantFolding,
         CommonSubexpressionElimination,
@@ -161,6 +163,10 @@ DEFAULT_PIPELINE = (
     # The Attention kernel (brgemm tiles, online softmax) beats the MatMul/Softmax/MatMul it
     # replaces (0.7-0.9x its time at S=128-512, 1 and 2 threads).
     P("recognize_gelu", dce_after=True, modes=("fusion",)),
+    # After GELU / SiLU are one op each: Phi-3's gate-and-up projection split by a Split
+    # becomes two MatMuls, whose gate then takes the activation and the product as
+    # post-ops, as Llama's separate projections do.
+    P("split_gated_projection", dce_after=True, modes=("fusion",)),
     P("recognize_layer_norm", dce_after=True, modes=("fusion",)),
     # A residual Add into the norm: one pass over each row (the sum written only when read).
     P("recognize_add_layer_norm", modes=("fusion",)),

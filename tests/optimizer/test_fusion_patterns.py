@@ -636,6 +636,50 @@ def test_attention_softcap_near_misses(miss):
     assert "Attention" not in ops(rt) and ops(rt)["Tanh"] == 1
 
 
+def gated_mlp(g, form="num_outputs", swap=False, act="Swish"):
+    """Phi-3's MLP: one MatMul for gate and up, Split in two along the last axis, then
+    Mul(up, act(gate)); ``form`` is how the Split gets its sizes."""
+    h = g.op("MatMul", "x", g.c(rand(16, 24)))
+    if form == "num_outputs":
+        gate, up = "gate", "up"
+        g.nodes.append(helper.make_node("Split", [h], [gate, up], axis=-1, num_outputs=2))
+    elif form == "sizes":
+        gate, up = "gate", "up"
+        g.nodes.append(helper.make_node("Split", [h, g.c([12, 12], np.int64)], [gate, up],
+                                        axis=2))
+    else:  # three parts: not a gated MLP
+        gate, up = "gate", "up"
+        g.nodes.append(helper.make_node("Split", [h, g.c([8, 8, 8], np.int64)],
+                                        [gate, up, "rest"], axis=2))
+    if swap:
+        gate, up = up, gate
+    a = g.op(act, gate) if act != "Swish" else g.op("Mul", gate, g.op("Sigmoid", gate))
+    g.op("Mul", up, a, out="y")
+
+
+@pytest.mark.parametrize("form, swap, act", [("num_outputs", False, "Swish"),
+                                             ("sizes", True, "Swish"),
+                                             ("num_outputs", False, "Gelu")])
+def test_gated_mlp_split_becomes_two_matmuls_with_the_gate_in_an_epilogue(form, swap, act):
+    g = G()
+    gated_mlp(g, form, swap, act)
+    rt = load_and_check(g.model(X, opset=20 if act == "Gelu" else 18), {"x": rand(2, 5, 16)},
+                        rtol=1e-4)
+    assert ops(rt) == {"MatMul": 2}
+    # the activation and the product run in the MatMuls' epilogues (which one takes the
+    # product depends on the order the halves come in)
+    chains = [rt.result.ops[n].__dict__.get("post_ops") or () for n in rt.graph.nodes]
+    assert sum(len(c) for c in chains) == 2
+
+
+def test_a_split_in_three_stays():
+    g = G()
+    gated_mlp(g, "three")
+    model = g.model(X, ["y", "rest"], opset=18)
+    rt = load_and_check(model, {"x": rand(2, 5, 16)}, rtol=1e-4)
+    assert ops(rt)["Split"] == 1
+
+
 HQ = 4  # query heads of the grouped-query cases below
 
 
