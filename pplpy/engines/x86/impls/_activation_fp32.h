@@ -19,8 +19,9 @@
  * it, rare, go to libm's sinf/cosf/tanf, whose reduction is exact for every float), the
  * inverse and hyperbolic functions; erf is a polynomial fitted for this file.
  * Accuracy: relative error within a few 1e-7 (about 2 ulp) on each function's domain,
- * absolute near a zero of sin/cos/tan; erf GELU's left tail is the exception (up to 3e-6
- * below x = -3, where |y| < 0.004, and 0 past x = -5.66: see ppl_gelu).  sqrt and rounding are the tier's instructions
+ * absolute near a zero of sin/cos/tan; erf GELU is the exception (up to 1e-6 above x = -2,
+ * up to 4.3e-6 in its left tail below, where |y| < 0.05, and 0 past x = -5.66: see
+ * ppl_gelu).  sqrt and rounding are the tier's instructions
  * (SSE4.1 is the lowest tier).
  *
  * Most activations map 0 to a finite value, so an N16CX tensor can be processed as one flat
@@ -619,8 +620,8 @@ PPL_ACT_INLINE ppl_vf ppl_erf(ppl_vf x) {
 
 /* erfc(t) / 2 = 2**Q(t) for t in [0, 4], Q fitted here (in double, each coefficient then
  * rounded to float before the next was fitted; Q(0) = -1 exactly).  Relative error under
- * 3.3e-7 for t < 1, rising to 2e-6 at t = 3 and 3e-6 at t = 4: Q's value, down to -27.6,
- * keeps 24 bits, and so an absolute error of an ulp of it.  No division, one exponential
+ * 5.6e-7 for t < 1, rising to about 3e-6 at t = 4: Q's value, down to -26.95, keeps 24 bits,
+ * and so an absolute error of an ulp of it.  No division, one exponential
  * (of base 2: Q is already in log2, so the reduction is one rounding), one polynomial for the
  * whole range.  Against what it replaced (ppl_erf_small below |z| = 1, ppl_erfc_tail's
  * exp(-a*a) R(1/a) with its division above), on the 2-core Zen 4: 0.69 -> 0.47 ns an
@@ -634,7 +635,7 @@ PPL_ACT_INLINE ppl_vf ppl_half_erfc(ppl_vf t) {
     /* 2**f for |f| <= 1/2, relative error 1.8e-7 */
     static const float E[6] = {1.0f,          0.6931472421f,   0.2402223945f,
                                0.05550277606f, 9.671643376e-3f, 1.341580530e-3f};
-    const ppl_vf q = ppl_act_poly(t, Q, 11); /* in [-27.6, -1] */
+    const ppl_vf q = ppl_act_poly(t, Q, 11); /* in [-26.95, -1]: n in [-27, -1] */
     const ppl_vf n = PPL_ACT_ROUND_MODE(q, _MM_FROUND_TO_NEAREST_INT);
     const ppl_vf p = ppl_act_poly(q - n, E, 6);
 #if PPL_ACT_SCALEF
@@ -645,7 +646,8 @@ PPL_ACT_INLINE ppl_vf ppl_half_erfc(ppl_vf t) {
 }
 
 /* x * Phi(x).  Exact: Phi(x) = erfc(-z) / 2 with z = x / sqrt 2, that is h = erfc(|z|) / 2
- * below 0 and 1 - h above (no cancellation on either side: x - x h).  Past |z| = 4, Phi
+ * below 0 and 1 - h above (no cancellation on either side: x - x h; the sign bit picks the
+ * side, so that -0 gives x h = -0, as numpy and PyTorch).  Past |z| = 4, Phi
  * is 0 or 1 (the result's error there is under 4.4e-8, at x = -5.66; float32 erf-GELU in
  * ONNX Runtime and PyTorch rounds to 0 from about the same point, through 1 + erf(z)).
  * p0 != 0: PyTorch's tanh approximation, Phi = (1 + tanh(u)) / 2 = sigmoid(2u),
@@ -660,7 +662,7 @@ PPL_ACT_INLINE ppl_vf ppl_gelu(ppl_vf x, float approximate) {
     const ppl_vf z = x * ppl_act_splat(0.7071067811865476f);
     const ppl_vf az = ppl_act_abs(z);
     const ppl_vf xh = x * ppl_half_erfc(ppl_act_min_keepnan(az, 4.0f)); /* NaN stays NaN */
-    const ppl_vi neg = z < ppl_act_splat(0.0f);
+    const ppl_vi neg = (ppl_vi)z < (ppl_vi){}; /* the sign bit */
     const ppl_vf y = ppl_act_select(neg, xh, x - xh);
     return ppl_act_select(az >= ppl_act_splat(4.0f),
                           ppl_act_select(neg, ppl_act_splat(0.0f), x), y);
