@@ -156,4 +156,9 @@ static __attribute__((unused)) void ppl_attn_row_scale(const float *x, float *y,
     if (e < n) ppl_act_store_partial(y + e, ppl_act_load_partial(x + e, n - e) * fv, n - e);
 }
 
+/* Ask for the n floats at p (a key's K or V slice in a row of the input) ahead of use. */
+static inline void ppl_attn_prefetch(const float *p, ptrdiff_t n) {
+    for (ptrdiff_t e = 0; e < n; e += 16) __builtin_prefetch(p + e, 0, 3);
+}
+
 #endif /* PPL_ATTENTION_FP32_H */
