@@ -118,7 +118,8 @@ cdef void _pack_kv(const AttnArgs *a, const float *kh, const float *vh, Py_ssize
     Key by key, K and V together, each key's two slices asked for PACK_AHEAD keys ahead:
     they are rows of the projection's output (a packed QKV's rows are 9 KB apart at
     BERT's size), and the copy waited on each row in turn (ViT-B/16: 64% of the pack's
-    samples in `perf` on one load; the pack was 15% of the attention op)."""
+    samples in `perf` on one load).  Measured: the BERT-size op 0.65-0.67 -> 0.63-0.64 ms,
+    the ViT-size one 1.57-1.60 -> 1.54-1.55."""
     cdef Py_ssize_t p, j, jj, d, e, pv, nk, ne, key
     cdef float zero = 0
     cdef float *panel
