@@ -7,18 +7,19 @@ with Q (B, H, Sq, d), K^T (B, H, d, Skv), V (B, H, Skv, dv) all 4-D, B the same 
 three and H too, or K and V of one head that the products broadcast to Q's H (multi-query
 attention, Falcon's: the 4-D Attention reads one KV head from K's shape), and the scale a
 scalar constant on the scores or on Q and K^T before the product (their product is the
-attribute).  pplpy's Attention (opset 23) is a flash-style kernel that never writes the
-Sq x Skv score matrix, where the decomposed form writes it three times.  When Q, K^T and V are the exporter's head split of
-3-D (B, S, H*d) projections (Reshape to (B, S, H, d), then Transpose) and Y goes back the
-same way (Transpose, Reshape to (B, Sq, H*dv)), the Attention node takes the 3-D form
-(q_num_heads = kv_num_heads = H) and those eight copies go: the kernel addresses heads
-through strides either way.  Otherwise the 4-D (B, H, S, d) form reads Q, K, V as they are;
-K comes from K^T: when K^T is a Transpose, its input read through one Transpose (none when
-that is the identity), else a Transpose of K^T.  Grouped-query attention as HF writes it,
-K and V each repeated to the query heads by ``repeat_kv`` (Unsqueeze at axis 2, Expand of
-that axis to n, Reshape merging it into the heads: head h is KV head h // n), reads the
-(B, H / n, S, d) K and V before the repeat: that is the Attention op's own grouping, so
-the two copies of K and V go and the kernel reads each KV head once per group.
+attribute).  pplpy's Attention (opset 23) is a flash-style kernel that never writes the Sq x
+Skv score matrix, where the decomposed form writes it three times.  When Q, K^T and V are
+the exporter's head split of 3-D (B, S, H*d) projections (Reshape to (B, S, H, d), then
+Transpose) and Y goes back the same way (Transpose, Reshape to (B, Sq, H*dv)), the Attention
+node takes the 3-D form (q_num_heads = kv_num_heads = H) and those eight copies go: the
+kernel addresses heads through strides either way.  Otherwise the 4-D (B, H, S, d) form
+reads Q, K, V as they are; K comes from K^T: when K^T is a Transpose, its input read through
+one Transpose (none when that is the identity), else a Transpose of K^T.  Grouped-query
+attention as HF writes it, K and V each repeated to the query heads by ``repeat_kv``
+(Unsqueeze at axis 2, Expand of that axis to n, Reshape merging it into the heads: head h is
+KV head h // n), reads the (B, H / n, S, d) K and V before the repeat: that is the Attention
+op's own grouping, so the two copies of K and V go and the kernel reads each KV head once
+per group.
 
 The softmax may be followed by the guard both PyTorch exporters write after a masked
 ``scaled_dot_product_attention``, Where(IsNaN(p), 0, p): it zeroes the rows whose every key
