@@ -7,8 +7,10 @@ odd ones that exercise each edge of the blocking: query rows not a multiple of a
 a register tile, keys not a multiple of a key block or of a panel, head sizes 40/64/80 (and
 Dv != D), masks (float, bool, shorter than the keys, fully masked rows), causal with and
 without a past cache, sliding windows that skip leading key blocks, grouped-query attention,
-nonpad_kv_seqlen, softcap, every qk_matmul_output mode, and a key count large enough that K
-and V are packed one key block at a time instead of whole.
+nonpad_kv_seqlen, softcap, every qk_matmul_output mode, masks that close leading or trailing
+keys to every row (padding, PyTorch's float-minimum causal masks: those keys are not scored),
+and a key count large enough that K and V are packed one key block at a time instead of
+whole.
 """
 
 import numpy as np
@@ -41,6 +43,30 @@ def _rows_masked(Sq, T):
     return m
 
 
+_MIN = np.finfo(np.float32).min
+
+
+def _exporter_mask(Sq, T, pads, causal=True, bool_mask=False):
+    """PyTorch's exporters' mask: (B, 1, Sq, T), 0 where a query may read a key and the float
+    minimum where not (False as bool): key j open to query i iff j is past the entry's left
+    padding (pads[b] keys) and, with ``causal``, j <= i + T - Sq."""
+    i = np.arange(Sq)[:, None] + T - Sq
+    j = np.arange(T)[None, :]
+    open_ = np.stack([(j >= pad) & ((j <= i) | (not causal)) for pad in pads])[:, None]
+    return open_ if bool_mask else np.where(open_, 0, _MIN).astype(np.float32)
+
+
+def _closed_row_and_nan():
+    """Right padding (the last 90 keys closed), one query row closed everywhere with the float
+    minimum (softmax then averages V over every key) in entry 0, and a NaN among entry 1's
+    closed keys (it must reach that row's output)."""
+    m = _exporter_mask(40, 300, [0, 0], causal=False)
+    m[:, :, :, 210:] = _MIN
+    m[0, 0, 7] = _MIN
+    m[1, 0, 3, 250] = np.nan
+    return m
+
+
 CASES = {
     # name: (opset, attributes, feeds, number of outputs)
     "b1h12s128d64": (23, {}, _qkv(1, 12, 12, 128, 128, 64), 1),
@@ -69,6 +95,18 @@ CASES = {
     "qk_mode3_causal": (23, {"qk_matmul_output_mode": 3, "is_causal": 1},
                         _qkv(1, 2, 2, 70, 200, 32), 4),
     "decode_one_row": (23, {}, _qkv(3, 8, 2, 1, 260, 64), 1),
+    # Masks that close whole runs of keys to every row of an item: the closed keys are not
+    # scored (_open_keys); each case also has rows or entries where they must be.
+    "exporter_causal_left_pad": (23, {}, dict(_qkv(2, 4, 4, 300, 300, 32),
+                                              attn_mask=_exporter_mask(300, 300, [0, 37])), 1),
+    "exporter_causal_past_bool": (23, {}, dict(_qkv(2, 2, 1, 70, 400, 32),
+                                               attn_mask=_exporter_mask(70, 400, [150, 0],
+                                                                        bool_mask=True)), 1),
+    "right_pad_closed_row_nan": (23, {}, dict(_qkv(2, 2, 2, 40, 300, 16),
+                                              attn_mask=_closed_row_and_nan()), 1),
+    "bool_all_closed_entry": (23, {}, dict(_qkv(2, 2, 2, 20, 150, 16),
+                                           attn_mask=_exporter_mask(20, 150, [150, 9],
+                                                                    bool_mask=True)), 1),
     # 8300 keys of D = Dv = 64 are more than one KV head's packing budget: K and V are then
     # packed one key block at a time.
     "keys_packed_per_block": (23, {}, dict(_qkv(1, 2, 1, 3, 8300, 64),

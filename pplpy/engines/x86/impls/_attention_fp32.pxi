@@ -31,7 +31,9 @@
 # mask's length are masked), the causal and sliding-window frontiers (offset-aligned: query
 # i attends key j iff j <= i + offset) and the per-batch valid length (nonpad_kv_seqlen).
 # Key blocks that no row of the item may attend (past the causal frontier, before the
-# window, past the valid length) are skipped, unless the QK output asks for every score.
+# window, past the valid length, or closed by the mask to every row: padding, or a causal
+# mask an exporter wrote as a float mask; _open_keys) are skipped, unless the QK output asks
+# for every score.
 # A row whose scores are -inf everywhere gives Y = 0, as the spec's fully-masked-row rule
 # says.  Q, K, V, Y are addressed through (batch, head, seq) strides with unit stride along
 # the head size, so the 3-D (B, S, H*D) and 4-D (B, H, S, D) forms need no transpose; a
@@ -59,6 +61,10 @@ cdef extern from "_attention_fp32.h" nogil:
     void ppl_attn_row_softcap(float *s, Py_ssize_t n, float c)
     void ppl_attn_row_scale(const float *x, float *y, Py_ssize_t n, float f)
     void ppl_attn_prefetch(const float *p, Py_ssize_t n)
+    Py_ssize_t ppl_attn_first_open(const float *m, Py_ssize_t n)
+    Py_ssize_t ppl_attn_last_open(const float *m, Py_ssize_t n)
+    Py_ssize_t ppl_attn_first_true(const uint8_t *m, Py_ssize_t n)
+    Py_ssize_t ppl_attn_last_true(const uint8_t *m, Py_ssize_t n)
 
 
 cdef enum:
@@ -187,6 +193,54 @@ cdef void _apply_bias(const AttnArgs *a, Py_ssize_t b, Py_ssize_t h, Py_ssize_t 
         _mask_range(s, valid - j0, nj)
 
 
+cdef void _open_keys(const AttnArgs *a, Py_ssize_t b, Py_ssize_t h, Py_ssize_t i0,
+                     Py_ssize_t i1, Py_ssize_t offset, Py_ssize_t *j_lo,
+                     Py_ssize_t *j_hi) noexcept nogil:
+    """Narrow the keys [j_lo, j_hi) an item scores to those its mask leaves open to at least
+    one of its rows i0 .. i1 - 1: the leading and trailing keys the mask closes to every row
+    (left and right padding; the keys past the diagonal of a causal mask that an exporter
+    spelled as a float mask) are not scored.  Exact: a closed key's probability is 0 either
+    way, since its score plus -FLT_MAX (or -inf) lies at least 2e31 below an open key's
+    (scores far below that assumed).  A float row that has no open key is left alone, and
+    the range with it: its scores are all near -FLT_MAX and softmax averages over them."""
+    cdef Py_ssize_t i, p, lo, hi, first, last, rows_end = i1
+    cdef Py_ssize_t lo_all = j_hi[0], hi_all = j_lo[0]
+    cdef const float *mf
+    cdef const uint8_t *mb
+    if a.m_sq == 0 and not a.causal and a.left < 0 and a.right < 0:
+        rows_end = i0 + 1   # every row reads one mask row over the same keys
+    for i in range(i0, rows_end):
+        p = i + offset
+        lo, hi = j_lo[0], j_hi[0]   # the mask's length and the valid keys are in j_hi
+        if a.causal:
+            hi = min(hi, p + 1)
+        if a.left >= 0:
+            lo = max(lo, p - a.left)
+        if a.right >= 0:
+            hi = min(hi, p + a.right + 1)
+        if lo >= hi:        # no key at all: Y = 0 however many are scored
+            continue
+        if a.mask_kind == MASK_FLOAT:
+            mf = <const float *>a.mask + b * a.m_sb + h * a.m_sh + i * a.m_sq + lo
+            first = ppl_attn_first_open(mf, hi - lo)
+            if first == hi - lo:
+                return
+            last = ppl_attn_last_open(mf, hi - lo)
+        else:
+            mb = <const uint8_t *>a.mask + b * a.m_sb + h * a.m_sh + i * a.m_sq + lo
+            first = ppl_attn_first_true(mb, hi - lo)
+            if first == hi - lo:    # every key -inf: Y = 0 however many are scored
+                continue
+            last = ppl_attn_last_true(mb, hi - lo)
+        lo_all = min(lo_all, lo + first)
+        hi_all = max(hi_all, lo + last + 1)
+    if lo_all >= hi_all:    # no row has an open key (bool mask)
+        j_hi[0] = j_lo[0]
+        return
+    j_lo[0] = max(j_lo[0], lo_all // PPL_NB * PPL_NB)   # whole packing: a panel start
+    j_hi[0] = min(j_hi[0], hi_all)
+
+
 cdef inline void _product(int mm, int nv, const float *a, Py_ssize_t lda, const float *panel,
                           Py_ssize_t k, float *c, Py_ssize_t ldc,
                           const ppl_epilogue *ep) noexcept nogil:
@@ -260,6 +314,8 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
         if a.left >= 0:
             j_lo = max(<Py_ssize_t>0, i0 + offset - a.left)
         j_lo = j_lo // PPL_NB * PPL_NB      # whole packing reads panels from a panel start
+        if a.mask_kind != MASK_NONE and j_lo < j_hi:
+            _open_keys(a, b, h, i0, i1, offset, &j_lo, &j_hi)
     if a.whole and j_lo < j_hi and packed_head[0] != b * a.Hkv + hk:
         _pack_kv(a, kh, vh, 0, a.T, kp, vp)
         packed_head[0] = b * a.Hkv + hk
