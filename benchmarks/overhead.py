@@ -72,7 +72,11 @@ def main(argv=None):
     parser.add_argument("--threads", default="1,2")
     args = parser.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
-    tmp = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory(prefix="pplpy_overhead_") as tmp:
+        return _measure(args, threads, tmp)
+
+
+def _measure(args, threads, tmp):
     run_path = os.path.join(tmp, "run_chain.onnx")
     load_path = os.path.join(tmp, "load_chain.onnx")
     onnx.save(chain_model(args.nodes), run_path)

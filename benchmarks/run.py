@@ -265,14 +265,15 @@ def main(argv=None):
           f"pplpy is faster; %pk = percent of threads x single-core peak\n")
     print(HEAD + (f" {'unfus ms':>9} {'unf/ppl':>8}" if args.unfused else ""))
     rows = []
-    folder = tempfile.mkdtemp(prefix="pplpy_bench_models_")
-    for entry in entries:
-        name, path = model_path(entry, folder)
-        gflop = flop_counter.count(path)[0] / 1e9
-        try:
-            rows += bench_model(name, path, threads_list, engines, args, peak_best, gflop)
-        except pplpy.PplError as exc:
-            print(f"{name:18} pplpy failed: {str(exc).splitlines()[0][:100]}")
+    # The generated models (1.4 GB for the default suite) go when the run ends.
+    with tempfile.TemporaryDirectory(prefix="pplpy_bench_models_") as folder:
+        for entry in entries:
+            name, path = model_path(entry, folder)
+            gflop = flop_counter.count(path)[0] / 1e9
+            try:
+                rows += bench_model(name, path, threads_list, engines, args, peak_best, gflop)
+            except pplpy.PplError as exc:
+                print(f"{name:18} pplpy failed: {str(exc).splitlines()[0][:100]}")
     summary = {}
     print()
     for t in threads_list:
