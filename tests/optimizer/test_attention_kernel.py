@@ -67,6 +67,17 @@ def _closed_row_and_nan():
     return m
 
 
+def _nan_rows():
+    """Two rows whose output is NaN: row 0 opens keys 96 and 200 and has a NaN at 250 (a key
+    block of its own after the closed keys before 96 are dropped), row 1's only key that is
+    not -inf is a NaN."""
+    m = np.full((1, 1, 2, 300), -np.inf, np.float32)
+    m[0, 0, 0, [96, 200]] = 0
+    m[0, 0, 0, 250] = np.nan
+    m[0, 0, 1, 130] = np.nan
+    return m
+
+
 CASES = {
     # name: (opset, attributes, feeds, number of outputs)
     "b1h12s128d64": (23, {}, _qkv(1, 12, 12, 128, 128, 64), 1),
@@ -96,7 +107,7 @@ CASES = {
                         _qkv(1, 2, 2, 70, 200, 32), 4),
     "decode_one_row": (23, {}, _qkv(3, 8, 2, 1, 260, 64), 1),
     # Masks that close whole runs of keys to every row of an item: the closed keys are not
-    # scored (_open_keys); each case also has rows or entries where they must be.
+    # scored (_open_keys), except for an item with a float row closed everywhere.
     "exporter_causal_left_pad": (23, {}, dict(_qkv(2, 4, 4, 300, 300, 32),
                                               attn_mask=_exporter_mask(300, 300, [0, 37])), 1),
     "exporter_causal_past_bool": (23, {}, dict(_qkv(2, 2, 1, 70, 400, 32),
@@ -107,6 +118,7 @@ CASES = {
     "bool_all_closed_entry": (23, {}, dict(_qkv(2, 2, 2, 20, 150, 16),
                                            attn_mask=_exporter_mask(20, 150, [150, 9],
                                                                     bool_mask=True)), 1),
+    "nan_scores": (23, {}, dict(_qkv(1, 1, 1, 2, 300, 16), attn_mask=_nan_rows()), 1),
     # 8300 keys of D = Dv = 64 are more than one KV head's packing budget: K and V are then
     # packed one key block at a time.
     "keys_packed_per_block": (23, {}, dict(_qkv(1, 2, 1, 3, 8300, 64),

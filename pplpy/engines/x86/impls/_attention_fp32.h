@@ -67,7 +67,8 @@ PPL_INLINE ppl_vf ppl_attn_load_fill(const float *p, ptrdiff_t n, float fill) {
     } while (0)
 #endif
 #define PPL_ATTN_ADD(a, b) ((a) + (b))
-#define PPL_ATTN_MAX(a, b) ppl_select((b) > (a), (b), (a))
+/* The larger of a and b lane by lane, NaN if either is (a NaN score must reach the row). */
+#define PPL_ATTN_MAX(a, b) ppl_select(((b) > (a)) | ((b) != (b)), (b), (a))
 
 /* The sum and the maximum of v's lanes, as a tree of log2(PPL_VLEN) shuffles rather than a
  * chain of PPL_VLEN scalar operations, each waiting for the last.  (The sum's rounding
@@ -80,27 +81,27 @@ PPL_INLINE float ppl_attn_hsum(ppl_vf v) {
     return v[0];
 }
 
-PPL_INLINE float ppl_attn_hmax(ppl_vf v) {  /* no NaN lanes (the callers keep none) */
+PPL_INLINE float ppl_attn_hmax(ppl_vf v) {
     PPL_ATTN_TREE(v, PPL_ATTN_MAX);
     return v[0];
 }
 
-/* max(s[0..n)), NaN ignored; -inf for an empty or all -inf (fully masked) row. */
+/* max(s[0..n)); NaN if any s[j] is; -inf for an empty or all -inf (fully masked) row. */
 static __attribute__((unused)) float ppl_attn_row_max(const float *s, ptrdiff_t n) {
     const float ninf = -__builtin_inff();
     ppl_vf m0 = ppl_splat(ninf), m1 = m0;
     ptrdiff_t j = 0;
     for (; j + 2 * PPL_VLEN <= n; j += 2 * PPL_VLEN) {
         const ppl_vf x0 = ppl_load(s + j), x1 = ppl_load(s + j + PPL_VLEN);
-        m0 = ppl_select(x0 > m0, x0, m0);
-        m1 = ppl_select(x1 > m1, x1, m1);
+        m0 = PPL_ATTN_MAX(m0, x0);
+        m1 = PPL_ATTN_MAX(m1, x1);
     }
     for (; j < n; j += PPL_VLEN) {
         const ptrdiff_t r = n - j < PPL_VLEN ? n - j : PPL_VLEN;
         const ppl_vf x = ppl_attn_load_fill(s + j, r, ninf);
-        m0 = ppl_select(x > m0, x, m0);
+        m0 = PPL_ATTN_MAX(m0, x);
     }
-    return ppl_attn_hmax(ppl_select(m1 > m0, m1, m0));
+    return ppl_attn_hmax(PPL_ATTN_MAX(m0, m1));
 }
 
 /* s[j] = exp(s[j] - m) for j < n (m the row's maximum, finite: every exponent <= 0);

@@ -31,15 +31,15 @@
 # mask's length are masked), the causal and sliding-window frontiers (offset-aligned: query
 # i attends key j iff j <= i + offset) and the per-batch valid length (nonpad_kv_seqlen).
 # Key blocks that no row of the item may attend (past the causal frontier, before the
-# window, past the valid length, or closed by the mask to every row: padding, or a causal
-# mask an exporter wrote as a float mask; _open_keys) are skipped, unless the QK output asks
-# for every score.
+# window, past the valid length; the leading and trailing keys the mask closes to every row:
+# padding, or a causal mask an exporter wrote as a float mask, _open_keys) are skipped,
+# unless the QK output asks for every score.  A NaN score makes its row NaN, as in softmax.
 # A row whose scores are -inf everywhere gives Y = 0, as the spec's fully-masked-row rule
 # says.  Q, K, V, Y are addressed through (batch, head, seq) strides with unit stride along
 # the head size, so the 3-D (B, S, H*D) and 4-D (B, H, S, D) forms need no transpose; a
 # query head h reads KV head h / (Hq / Hkv) (grouped-query attention).
 
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, NAN
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy, memset
 
@@ -201,8 +201,8 @@ cdef void _open_keys(const AttnArgs *a, Py_ssize_t b, Py_ssize_t h, Py_ssize_t i
     (left and right padding; the keys past the diagonal of a causal mask that an exporter
     spelled as a float mask) are not scored.  Exact: a closed key's probability is 0 either
     way, since its score plus -FLT_MAX (or -inf) lies at least 2e31 below an open key's
-    (scores far below that assumed).  A float row that has no open key is left alone, and
-    the range with it: its scores are all near -FLT_MAX and softmax averages over them."""
+    (scores far below that assumed).  A float row that has no open key keeps the whole range
+    for the item: softmax averages over such a row's keys at -FLT_MAX."""
     cdef Py_ssize_t i, p, lo, hi, first, last, rows_end = i1
     cdef Py_ssize_t lo_all = j_hi[0], hi_all = j_lo[0]
     cdef const float *mf
@@ -234,7 +234,7 @@ cdef void _open_keys(const AttnArgs *a, Py_ssize_t b, Py_ssize_t h, Py_ssize_t i
             last = ppl_attn_last_true(mb, hi - lo)
         lo_all = min(lo_all, lo + first)
         hi_all = max(hi_all, lo + last + 1)
-    if lo_all >= hi_all:    # no row has an open key (bool mask)
+    if lo_all >= hi_all:    # no row has an open key: every row's output is 0
         j_hi[0] = j_lo[0]
         return
     j_lo[0] = max(j_lo[0], lo_all // PPL_NB * PPL_NB)   # whole packing: a panel start
@@ -277,7 +277,7 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
     cdef const float *vh = a.v + b * a.v_sb + hk * a.v_sh
     cdef const float *q0 = a.q + b * a.q_sb + h * a.q_sh + i0 * a.q_ss
     cdef Py_ssize_t offset = a.offset, valid = -1, j_lo = 0, j_hi = a.T, last
-    cdef Py_ssize_t j0, nj, p, pv, r, r0, voff, tile
+    cdef Py_ssize_t j0, nj, p, pv, r, r0, voff, tile, e
     # near-equal tiles (50 rows: 13 + 13 + 12 + 12, not 14 + 14 + 14 + 8): the first
     # `taller` have one row more
     cdef Py_ssize_t ntiles = (nr + PPL_MR - 1) // PPL_MR
@@ -358,6 +358,10 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
             if qkrow != NULL and a.qk_mode >= 2:
                 memcpy(qkrow, row, nj * sizeof(float))
             mb = ppl_attn_row_max(row, nj)
+            if mb != mb or m[r] != m[r]:    # a NaN score: the row's output is NaN
+                m[r] = NAN
+                memset(row, 0, nj * sizeof(float))
+                continue
             if not (mb > ninf):     # every key of the block masked: adds nothing
                 memset(row, 0, nj * sizeof(float))
                 continue
@@ -385,7 +389,13 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
         qkrow = NULL
         if a.qk != NULL and a.qk_mode == 3:
             qkrow = a.qk + ((b * a.Hq + h) * a.Sq + i0 + r) * a.T
-        if m[r] > ninf:
+        if m[r] != m[r]:    # a NaN score: Y and the probabilities NaN, as softmax gives
+            for e in range(Dv):
+                yrow[e] = NAN
+            if qkrow != NULL:
+                for e in range(a.T):
+                    qkrow[e] = NAN
+        elif m[r] > ninf:
             inv = one / l[r]
             ppl_attn_row_scale(acc + r * dvp, yrow, Dv, inv)
             if qkrow != NULL:
