@@ -79,6 +79,9 @@ def stem_model(ic, oc, spatial, kernel, attrs, act=None, constant_w=True, batch=
     (3, 24, (23,), (3,), {"strides": [2], "pads": [1, 1]}),                 # 1-D
     (3, 64, (23, 21), (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),  # ResNet's stem
     (2, 8, (9, 11), (5, 5), {"pads": [2, 1, 2, 3], "dilations": [2, 1]}),
+    (1, 40, (103,), (10,), {"strides": [5]}),                # wav2vec2's first conv, 1-D
+    (1, 20, (13, 12), (3, 3), {"pads": [1, 1, 1, 1]}),      # a grayscale image
+    (1, 17, (9, 14), (5, 3), {"strides": [2, 3], "pads": [2, 0, 1, 2], "dilations": [1, 2]}),
 ])
 @pytest.mark.parametrize("act", [None, "relu6", "swish"])
 def test_planar_first_conv(isa, ic, oc, spatial, kernel, attrs, act, tmp_path):
@@ -96,13 +99,37 @@ def test_planar_run_time_weight_batch(isa, tmp_path):
     assert conv_input_format(rt, "stem") is DataFormat.NDARRAY
 
 
-@pytest.mark.parametrize("ic,group", [(16, 1), (6, 3), (1, 1)])
-def test_blocked_convs_stay_n16cx(ic, group, tmp_path):
-    """16 channels fill a block; a grouped conv has blocks per group; one input channel is
-    the depthwise kernel's (a channel multiplier): all read N16CX."""
-    model, feeds = stem_model(ic, 12, (8, 9), (3, 3), {"group": group, "pads": [1, 1, 1, 1]})
+@pytest.mark.parametrize("ic,oc,group", [(16, 12, 1), (6, 12, 3), (1, 1, 1), (4, 8, 4)])
+def test_blocked_convs_stay_n16cx(ic, oc, group, tmp_path):
+    """16 channels fill a block; a grouped conv has blocks per group; one input channel
+    into one output channel, and a channel multiplier, are the depthwise kernel's: all read
+    N16CX."""
+    model, feeds = stem_model(ic, oc, (8, 9), (3, 3), {"group": group, "pads": [1, 1, 1, 1]})
     rt = load_and_check(model, feeds, None, tmp_path)
     assert conv_input_format(rt, "stem") is DataFormat.N16CX
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_one_input_channel_is_a_dense_conv(isa, tmp_path):
+    """One input channel into several outputs (group 1) is a dense conv whose K is the taps,
+    fed N16CX by a producer too (not the depthwise kernel with a channel multiplier of
+    out_c, which took 38x ONNX Runtime's time on wav2vec2's first conv)."""
+    from pplpy.engines.x86.impls.dispatch import load_variant
+
+    conv = load_variant("conv_fp32", isa)
+    assert conv.conv_pack_weight(rand(24, 1, 1, 10), 1)["kind"] == "dense"
+    assert conv.conv_pack_weight(rand(1, 1, 3, 3), 1)["kind"] == "depthwise"
+    assert conv.conv_pack_weight(rand(8, 1, 3, 3), 4)["kind"] == "depthwise"
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "w0"], ["a"], name="first", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w1"], ["y"], name="second", strides=[2, 1])]
+    inits = [("w0", rand(1, 1, 3, 3)), ("w1", rand(24, 1, 4, 3))]
+    feeds = {"x": rand(2, 1, 11, 9)}
+    model = make_model(nodes, [("x", FLOAT, [2, 1, 11, 9])], [("y", FLOAT, [2, 24, 4, 7])],
+                       inits)
+    rt = load_and_check(model, feeds, isa, tmp_path, threads=(1, 2, 3))
+    assert conv_input_format(rt, "first") is DataFormat.N16CX   # one output: depthwise
+    assert conv_input_format(rt, "second") is DataFormat.N16CX  # its producer's format
 
 
 def test_n16cx_producer_keeps_n16cx(tmp_path):

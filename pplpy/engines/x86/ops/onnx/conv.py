@@ -1,13 +1,14 @@
 """Conv's op context: 1-D and 2-D convolution in N16CX on the brgemm-based conv impl.
 
 Conv asks for its input in N16CX, so a CNN stays blocked from its first Conv on; the engine
-inserts a Reorder in front when the producer is NDARRAY.  The exception is an image's first
-conv (group 1, fewer than 16 input channels, input NDARRAY already): it reads the NCHW planes
-itself (one K = 1 brgemm batch element per tap and channel), since a Reorder would write a
-16-channel copy that is mostly padding (3 of 16 channels for RGB) and the conv would read it
-back.  A constant weight is packed
-once, when the kernel is made (every runtime shares it, the raw weight is dropped); a weight
-computed at run time is packed inside the step, each panel by the work item that uses it.
+inserts a Reorder in front when the producer is NDARRAY.  The exception is a network's first
+conv (group 1, fewer than 16 input channels, input NDARRAY already: an RGB or grayscale
+image, an audio waveform): it reads the NCHW planes itself (a brgemm batch element per
+kernel row, or tap, and channel), since a Reorder would write a 16-channel copy that is mostly
+padding (3 of 16 channels for RGB, 1 for audio) and the conv would read it back.  A
+constant weight is packed once, when the kernel is made (every runtime shares it, the raw
+weight is dropped); a weight computed at run time is packed inside the step, each panel by
+the work item that uses it.
 
 Algorithms, chosen per layer when the kernel is made (``ConvKernel.algorithm``, shown by
 ``pplnn --dump-graph`` and the profiler):
@@ -238,13 +239,16 @@ class ConvOp(X86OptKernel):
         out_spatial, _, _ = self.geometry(x, w)
         return [(x[0], w[0]) + tuple(out_spatial)]
 
-    def reads_planar(self, in_format, x_dims):
-        """True when the kernel reads x as NCHW (see the module docstring): group 1, 2 to 15
-        input channels (known; one channel is the depthwise kernel's), x produced in
-        NDARRAY."""
-        return (in_format is DataFormat.NDARRAY and self.param.group == 1
+    def reads_planar(self, in_format, x_dims, w_dims):
+        """True when the kernel reads x as NCHW (see the module docstring): group 1, 1 to 15
+        input channels (known), x produced in NDARRAY.  One input channel into one output
+        channel is the depthwise kernel's (N16CX), so one input channel needs W's dims."""
+        if not (in_format is DataFormat.NDARRAY and self.param.group == 1
                 and x_dims is not None and len(x_dims) >= 3
-                and isinstance(x_dims[1], (int, np.integer)) and 1 < x_dims[1] < PLANAR_MAX_C)
+                and isinstance(x_dims[1], (int, np.integer)) and 0 < x_dims[1] < PLANAR_MAX_C):
+            return False
+        return x_dims[1] > 1 or (w_dims is not None and isinstance(w_dims[0], (int, np.integer))
+                                 and w_dims[0] > 1)
 
     def select_format(self, in_formats, in_shapes):
         # The input dims as known now (entries may be None or symbolic): the kernel's choice
@@ -252,8 +256,9 @@ class ConvOp(X86OptKernel):
         self.x_dims = tuple(in_shapes[0]) if in_shapes and in_shapes[0] is not None else None
         w_dims = tuple(in_shapes[1]) if len(in_shapes) > 1 and in_shapes[1] is not None else None
         # Only the direct kernel reads planes (PPLPY_CONV_ALGO=winograd keeps N16CX).
-        self.x_planar = self.reads_planar(in_formats[0], self.x_dims) and choose_algorithm(
-            self.param, self.x_dims, w_dims, self.constant(1) is not None) == "direct"
+        self.x_planar = (self.reads_planar(in_formats[0], self.x_dims, w_dims)
+                         and choose_algorithm(self.param, self.x_dims, w_dims,
+                                              self.constant(1) is not None) == "direct")
         x_format = DataFormat.NDARRAY if self.x_planar else DataFormat.N16CX
         wanted = [x_format] + [DataFormat.NDARRAY] * (len(in_formats) - 1)
         return wanted, [DataFormat.N16CX]
