@@ -170,13 +170,16 @@ EINSUM_CASES = [
     ("bhqk,bhkd->bhqd", [(2, 3, 17, 19), (2, 3, 19, 16)]),     # GEMM
     ("ij,jk", [(33, 20), (20, 41)]),                             # implicit output
     ("ji,jk->ki", [(20, 33), (20, 41)]),                         # trans_a, swapped output
-    ("bij,bjk->bik", [(1, 3, 4), (5, 4, 2)]),                    # broadcast batch: direct
+    ("bij,bjk->bik", [(1, 3, 4), (5, 4, 2)]),                    # broadcast batch
     ("...ii->...i", [(2, 3, 4, 4)]),                             # diagonal with ellipsis
     ("i,i", [(7,), (7,)]),                                       # inner product
     ("ij->", [(5, 6)]),                                          # full sum
     ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)]),                  # three operands
     ("...j,j...->...", [(2, 3, 4), (4, 3)]),                     # ellipsis broadcast
     ("abc -> cba", [(2, 3, 4)]),                                 # spaces, transpose
+    ("bhlk,bhtk->bhlt", [(1, 1, 37, 16), (1, 1, 23, 16)]),     # CvT: size-1 labels, GEMM
+    ("bhlt,bhtv->bhlv", [(1, 3, 9, 23), (1, 3, 23, 8)]),
+    ("xij,jk->xik", [(1, 5, 6), (6, 1)]),                        # one column
 ]
 
 
@@ -188,6 +191,32 @@ def test_einsum(equation, shapes, isa, save_model):
     model = make_model([node], [_vi(n, a) for n, a in feeds.items()], [("y", FLOAT, None)],
                        opset=12)
     _run_both(save_model, model, feeds, isa)
+
+
+@pytest.mark.parametrize("equation,shapes,gemm", [
+    ("bhlk,bhtk->bhlt", [(1, 1, 37, 16), (1, 1, 23, 16)], True),
+    ("bhlt,bhtv->bhlv", [(1, 3, 9, 23), (1, 3, 23, 8)], True),
+    ("bhqd,bhkd->bhqk", [(2, 3, 17, 16), (2, 3, 19, 16)], True),
+    ("bij,bjk->bik", [(1, 3, 4), (5, 4, 2)], True),      # a broadcast batch
+    ("ij,jk->ik", [(3, 1), (4, 2)], False),              # a broadcast contraction
+    ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)], False),   # three operands
+])
+def test_einsum_takes_the_gemm_where_it_can(equation, shapes, gemm, save_model, monkeypatch):
+    """A matmul-shaped float32 contraction runs as a batched GEMM, labels of size 1 (batch
+    1, one head) and broadcast batch labels included; a contracted label broadcast from
+    size 1 and three operands take the direct step."""
+    from pplpy.engines.x86.ops.onnx import einsum as einsum_op
+
+    direct = []
+    make = einsum_op._einsum.make_einsum_step
+    monkeypatch.setattr(einsum_op._einsum, "make_einsum_step",
+                        lambda *a, **k: direct.append(a) or make(*a, **k))
+    feeds = {f"x{i}": _f(*s) for i, s in enumerate(shapes)}
+    node = helper.make_node("Einsum", list(feeds), ["y"], equation=equation)
+    model = make_model([node], [_vi(n, a) for n, a in feeds.items()], [("y", FLOAT, None)],
+                       opset=12)
+    _run_both(save_model, model, feeds, None)
+    assert bool(direct) is not gemm
 
 
 @pytest.mark.parametrize("dtype", [TensorProto.DOUBLE, TensorProto.INT64, TensorProto.INT32])
