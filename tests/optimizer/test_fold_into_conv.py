@@ -310,3 +310,59 @@ def test_disable_fusion_turns_the_folds_off(save_model):
     assert "BatchNormalization" in [n.op_type for n in graph.nodes]
     # The folds run in the "fusion" mode only: the no_fusion build skips them.
     assert not [r for r in pm.log if r.pass_id.startswith("fold_")]
+
+
+def flattened_bn(x_dims, flat, w_cols=12, back=True, extra_reader=False, act="HardSwish"):
+    """LeViT's Linear -> BatchNorm1d: MatMul, Reshape to ``flat``, BN, Reshape back (when
+    ``back``), an activation; ``extra_reader``: the flattened value is also a second output
+    of the graph's last node, through an Add."""
+    nodes = [helper.make_node("MatMul", ["x", "B"], ["mm"]),
+             helper.make_node("Reshape", ["mm", "flat"], ["f"])]
+    inits = {"B": rand(x_dims[-1], w_cols), "flat": np.asarray(flat, np.int64)}
+    add_bn(nodes, inits, "bn", flat[1], "f", "n")
+    last = "n"
+    if back:
+        nodes.append(helper.make_node("Reshape", ["n", "back"], ["r"]))
+        inits["back"] = np.asarray(x_dims[:-1] + [w_cols], np.int64)
+        last = "r"
+    if extra_reader:
+        nodes.append(helper.make_node("Add", [last, "f"], ["s"]) if not back else
+                     helper.make_node("Add", ["r", "mm"], ["s"]))
+        last = "s"
+    nodes.append(helper.make_node(act, [last], ["y"]))
+    return model(nodes, inits, [("x", x_dims)])
+
+
+@pytest.mark.parametrize("x_dims", [[2, 5, 16], [10, 16], [2, 3, 5, 16]])
+@pytest.mark.parametrize("back", [False, True])
+def test_batchnorm_of_a_flattened_projection_folds(save_model, x_dims, back):
+    """BN over the columns of a MatMul's output flattened to (rows, C) folds into W and a
+    bias: a MatMulBias (N-D A) or a Gemm (2-D A), the Reshape then writing the BN's output;
+    an activation right after that Reshape fuses into the projection's epilogue."""
+    rows = int(np.prod(x_dims[:-1]))
+    m = flattened_bn(x_dims, [rows, 12], back=back)
+    graph, pm = rewrites(save_model, m)
+    want = "Gemm" if len(x_dims) == 2 else "MatMulBias"
+    assert "BatchNormalization" not in [n.op_type for n in graph.nodes]
+    assert details(pm, "fold_into_gemm") == {
+        f"BatchNormalization->{want} (through a flattening Reshape)": 1}
+    types, fused, _ = check(save_model, m, {"x": rand(*x_dims)})
+    assert types.count(want) == 1 and "BatchNormalization" not in types
+    if not back:
+        assert post_ops(fused, want) == [[eltwise(PostOp.HARD_SWISH, 0.0, 0.0)]]
+
+
+@pytest.mark.parametrize("case", ["last_axis_split", "read_twice", "not_flat", "rank_1"])
+def test_batchnorm_of_a_reshape_that_moves_channels_stays(save_model, case):
+    """Only a Reshape that merges the leading dims and keeps the columns as the BN's
+    channels, read by the BN alone, lets the BN fold."""
+    x_dims, flat, kwargs = {
+        "last_axis_split": ([2, 5, 16], [20, 6], {}),     # columns cut in two
+        "read_twice": ([2, 5, 16], [10, 12], {"extra_reader": True}),
+        "not_flat": ([2, 5, 16], [2, 60], {}),             # BN over (2, 60): not the columns
+        "rank_1": ([4, 16], [4, 12, 1], {"back": True}),   # 3-D BN input
+    }[case]
+    m = flattened_bn(x_dims, flat, **kwargs)
+    graph, pm = rewrites(save_model, m)
+    assert "BatchNormalization" in [n.op_type for n in graph.nodes]
+    check(save_model, m, {"x": rand(*x_dims)})
