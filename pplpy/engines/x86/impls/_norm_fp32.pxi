@@ -98,6 +98,32 @@ cdef inline void _affine_coefficients(const _AffineArgs* a, Py_ssize_t c, float*
             b[0] = a.shift[c]
 
 
+cdef void _affine_rows_of_channels(const _AffineArgs* a, Py_ssize_t begin,
+                                   Py_ssize_t end) noexcept nogil:
+    """Elements [begin, end) of an NDARRAY (N, C) input (one pixel per channel: BatchNorm1d
+    over rows, LeViT's and tabular MLPs'), along each row's channels with the folded
+    coefficients, a loop gcc vectorises.  Channel by channel, as the general loop goes, each
+    element cost a call for its coefficients: 10x ONNX Runtime's time on (196, 256)."""
+    cdef Py_ssize_t e = begin, c0, count, i
+    cdef const float* k
+    cdef const float* b
+    cdef const float* m
+    cdef const float* x
+    cdef float* y
+    while e < end:
+        c0 = e % a.groups
+        count = min(end - e, a.groups - c0)
+        k, b, x, y = a.scale + c0, a.shift + c0, a.x + e, a.y + e
+        if a.center == NULL:
+            for i in range(count):
+                y[i] = x[i] * k[i] + b[i]
+        else:
+            m = a.center + c0
+            for i in range(count):
+                y[i] = (x[i] - m[i]) * k[i] + b[i]
+        e += count
+
+
 cdef void _affine_step(const void* p, int tid, int nthreads) noexcept nogil:
     cdef const _AffineArgs* a = <const _AffineArgs*>p
     cdef Py_ssize_t begin, end, r, s0, s1, i, off
@@ -109,6 +135,9 @@ cdef void _affine_step(const void* p, int tid, int nthreads) noexcept nogil:
     cdef float m[LANES]
     ppl_partition(a.rows * a.S, tid, nthreads, &begin, &end)
     if begin >= end:
+        return
+    if a.lanes == 1 and a.S == 1 and not a.fold:
+        _affine_rows_of_channels(a, begin, end)
         return
     for r in range(begin // a.S, (end - 1) // a.S + 1):
         s0 = begin - r * a.S if begin > r * a.S else 0

@@ -33,7 +33,8 @@ def _pad(v):
     return out
 
 
-AFFINE_SHAPES = [(1, 1, 1), (2, 3, 1), (2, 17, 49), (1, 64, 3136), (3, 5, 30_000), (0, 4, 2)]
+AFFINE_SHAPES = [(1, 1, 1), (2, 3, 1), (2, 17, 49), (1, 64, 3136), (3, 5, 30_000), (0, 4, 2),
+                 (37, 45, 1), (5001, 19, 1)]  # S = 1: along rows (two threads cut a row)
 
 
 @pytest.mark.parametrize("shape", AFFINE_SHAPES, ids=str)
@@ -362,6 +363,12 @@ def test_channel_affine_with_a_center(m, num_threads):
     _assert_same_values(yb, to_n16cx(want))
     with pytest.raises(ValueError, match="center has 3 values"):
         m.channel_affine_ndarray_fp32(x, a, shift, y, 1, center[:3])
+    # one pixel per channel (N, C, 1): the path along rows of channels
+    rows = np.ascontiguousarray(np.tile(x.transpose(0, 2, 1).reshape(80, 19, 1), (50, 1, 1)))
+    want_rows = _bn_spec(rows, scale, bias, mean, var, 0.0)
+    y = np.empty_like(rows)
+    m.channel_affine_ndarray_fp32(rows, a, shift, y, num_threads, center)
+    _assert_same_values(y, want_rows)
 
 
 def _bn_model(params, eps, blocked):
