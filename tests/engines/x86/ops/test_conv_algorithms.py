@@ -115,7 +115,12 @@ def test_choose_algorithm():
     big = (256, 256, 3, 3)
     assert choose_algorithm(p, (1, 256, 14, 14), big, True, (14, 14), "auto") == "winograd_f4x3"
     assert choose_algorithm(p, (1, 256, 7, 7), big, True, (7, 7), "auto") == "direct"
-    assert choose_algorithm(p, None, (512, 512, 3, 3), True, None, "auto") == "direct"
+    wide = (512, 512, 3, 3)
+    assert choose_algorithm(p, (1, 512, 28, 28), wide, True, (28, 28), "auto") == "winograd_f4x3"
+    assert choose_algorithm(p, (1, 512, 14, 14), wide, True, (14, 14), "auto") == "winograd_f4x3"
+    assert choose_algorithm(p, (1, 512, 7, 7), wide, True, (7, 7), "auto") == "direct"
+    assert choose_algorithm(p, None, (512, 2048, 3, 3), True, None, "auto") == "winograd_f4x3"
+    assert choose_algorithm(p, None, (1024, 2048, 3, 3), True, None, "auto") == "direct"  # cap
     assert choose_algorithm(p, (1, 8, 56, 56), (64, 8, 3, 3), True, (56, 56), "auto") == "direct"
     assert choose_algorithm(p, (1, 64, 56, 56), w, False, (56, 56), "auto") == "direct"
     assert choose_algorithm(ConvParam(group=2), None, (64, 32, 3, 3), True) == "direct"

@@ -14,13 +14,14 @@ Algorithms, chosen per layer when the kernel is made (``ConvKernel.algorithm``, 
 ``pplnn --dump-graph`` and the profiler):
 
 - ``"winograd_f4x3"``: Winograd F(4x4, 3x3) (impls/_winograd_fp32.pxi), for a 2-D 3x3 conv
-  with stride 1, dilation 1, group 1, a constant weight, 16 to 256 input and output channels
-  and an output of at least 6x6 (14x14 past 128x128 channels), where known when the kernel
-  is made (see choose_algorithm), and where the thread team does not finish the direct conv
-  first (winograd_pays_for_team: a layer with few tiles and one output panel is one or two
-  Winograd work items, while direct cuts its rows for the team).  4x fewer multiply-adds;
-  measured 2.5x faster than direct on ResNet's 64->64 56x56 layer (one thread, avx512).  Its
-  packed weight is 4x the raw one (36 instead of 9 values per channel pair).
+  with stride 1, dilation 1, group 1, a constant weight, at least 16 input and output
+  channels (ic * oc at most WINOGRAD_MAX_WEIGHT) and an output of at least 6x6 (14x14 past
+  128x128 channels), where known when the kernel is made (see choose_algorithm), and where
+  the thread team does not finish the direct conv first (winograd_pays_for_team: a layer
+  with few tiles and one output panel is one or two Winograd work items, while direct cuts
+  its rows for the team).  4x fewer multiply-adds; measured 2.5x faster than direct on
+  ResNet's 64->64 56x56 layer (one thread, avx512).  Its packed weight is 4x the raw one (36
+  instead of 9 values per channel pair).
 - ``"direct"``: direct N16CX convolution on brgemm (impls/_conv_fp32.pxi), everything else.
   A depthwise conv (one input channel per group) is direct too, on its own kernel: for
   square 3x3 / 5x5, stride 1 / 2, undilated ones impls/_dwconv_fp32.h (tiles of pixels in
@@ -59,10 +60,14 @@ PLANAR_MAX_C = 16
 # Where Winograd pays (one thread, avx512, vs direct): it needs channels to feed its 36 GEMMs
 # and tiles to amortise its 4x larger weight, which each work item streams.  Measured:
 # 64->64 at 56x56 2.5x, 128->128 at 28x28 3.1x, 256->256 at 14x14 1.75x but at 7x7 1.1x,
-# 512->512 at 7x7 0.45-0.85x and at 14x14 0.95x (its 38 MB weight streams from memory).
+# 512->512 at 7x7 0.45-0.93x (its 38 MB weight streams from memory).  Wider layers pay on
+# larger outputs (session 25, weights evicted before each run): 512->512 at 14x14 2.0x, at
+# 28x28 3.0x, 1024->1024 at 28x28 3.1x, 2048->512 at 56x56 3.3x (UperNet's bottleneck);
+# 2.7-2.8x at two threads, 1.5-2.7x on the fma and sse tiers.  The cap bounds the packed
+# weight's memory (151 MB for one layer at the cap, against 38 MB raw).
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_MIN_OUTPUT = 6            # output height and width
-WINOGRAD_MAX_WEIGHT = 256 * 256    # ic * oc
+WINOGRAD_MAX_WEIGHT = 1024 * 1024  # ic * oc
 WINOGRAD_LARGE_WEIGHT = 128 * 128  # ic * oc above which the output needs ...
 WINOGRAD_LARGE_MIN_PIXELS = 14 * 14  # ... this many pixels
 
