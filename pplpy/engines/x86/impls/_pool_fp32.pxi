@@ -36,6 +36,8 @@ from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
+import numpy as _numpy  # (private: the module's public names are its kernels)
+
 from pplpy.runtime.step import run_steps
 
 include "_brgemm_fp32.pxi"  # the post-op chain declarations (_post_chain_fp32.pxi)
@@ -105,39 +107,51 @@ cdef inline void _row_range(Py_ssize_t offset, Py_ssize_t stride, Py_ssize_t siz
     o1[0] = _imax(lo, hi)
 
 
-cdef inline void _full_range(Py_ssize_t out, Py_ssize_t stride, Py_ssize_t pad_begin,
-                             Py_ssize_t extent, Py_ssize_t lo, Py_ssize_t hi,
-                             Py_ssize_t* o0, Py_ssize_t* o1) noexcept nogil:
-    """Outputs o in [o0, o1) whose window o * stride - pad_begin + [0, extent) is in [lo, hi)."""
-    # Callers pass lo = 0 or lo = -pad_begin, so lo + pad_begin >= 0 and // is floor.
-    cdef Py_ssize_t first = _imin(out, (lo + pad_begin + stride - 1) // stride)
-    cdef Py_ssize_t room = hi - extent + pad_begin
-    cdef Py_ssize_t last = 0 if room < 0 else _imin(out, room // stride + 1)
-    o0[0] = first
-    o1[0] = _imax(first, last)
-
-
-cdef inline void _divide_by_counts(float* y, Py_ssize_t lanes, Py_ssize_t count_dh,
-                                   Py_ssize_t lo, Py_ssize_t hi, const Window* w) noexcept nogil:
-    """y[ow, :] /= count_dh * (taps of window ow along W inside [lo, hi)); rows of `lanes`."""
-    cdef Py_ssize_t ow, j, full0, full1, unused, count
-    cdef Py_ssize_t extent = (w.kernel[2] - 1) * w.dilation[2] + 1
+cdef inline void _divide_by_counts(float* y, Py_ssize_t lanes, float count_dh,
+                                   const float* w_counts, Py_ssize_t ow_n) noexcept nogil:
+    """y[ow, :] /= count_dh * w_counts[ow]: the window's counted cells (exact in float); rows
+    of `lanes`."""
+    cdef Py_ssize_t ow, j
     cdef float c
-    # Only windows at the edges are partial: their counts take divisions, so the interior,
-    # where every window counts kernel[2] taps, gets one plain vectorised loop.
-    _full_range(w.out[2], w.stride[2], w.pad_begin[2], extent, lo, hi, &full0, &full1)
-    for ow in range(w.out[2]):
-        if ow == full0:
-            c = <float>(count_dh * w.kernel[2])
-            for j in range(full0 * lanes, full1 * lanes):
-                y[j] = y[j] / c
-        if full0 <= ow < full1:
-            continue
-        count = _tap_count(ow * w.stride[2] - w.pad_begin[2], w.dilation[2], w.kernel[2],
-                           lo, hi, &unused)
-        c = <float>(count_dh * count)
+    if lanes == 1:
+        for ow in range(ow_n):
+            y[ow] = y[ow] / (count_dh * w_counts[ow])
+        return
+    for ow in range(ow_n):
+        c = count_dh * w_counts[ow]
         for j in range(ow * lanes, (ow + 1) * lanes):
             y[j] = y[j] / c
+
+
+cdef object _row_tables(const Window* w):
+    """(w_ranges, w_counts, d_taps, h_taps) of _PoolArgs for this window, as arrays a step
+    keeps."""
+    cdef Py_ssize_t kw, o, o0, o1, unused, first, axis
+    ranges = _numpy.zeros((max(w.kernel[2], 1), 2), _numpy.intp)
+    counts = _numpy.zeros(max(w.out[2], 1), _numpy.float32)
+    cdef Py_ssize_t[:, ::1] rv = ranges
+    cdef Py_ssize_t[:, ::1] tv
+    cdef float[::1] cv = counts
+    for kw in range(w.kernel[2]):
+        _row_range(kw * w.dilation[2] - w.pad_begin[2], w.stride[2], w.size[2], w.out[2],
+                   &o0, &o1)
+        rv[kw, 0], rv[kw, 1] = o0, o1
+    for o in range(w.out[2]):
+        cv[o] = <float>_tap_count(o * w.stride[2] - w.pad_begin[2], w.dilation[2],
+                                  w.kernel[2], w.count_lo[2], w.count_hi[2], &unused)
+    taps = []
+    for axis in range(2):
+        table = _numpy.zeros((max(w.out[axis], 1), 3), _numpy.intp)
+        tv = table
+        for o in range(w.out[axis]):
+            start = o * w.stride[axis] - w.pad_begin[axis]
+            tv[o, 1] = _tap_count(start, w.dilation[axis], w.kernel[axis], 0, w.size[axis],
+                                  &first)
+            tv[o, 0] = first
+            tv[o, 2] = _tap_count(start, w.dilation[axis], w.kernel[axis], w.count_lo[axis],
+                                  w.count_hi[axis], &unused)
+        taps.append(table)
+    return ranges, counts, taps[0], taps[1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -212,6 +226,17 @@ cdef struct _PoolArgs:
     bint column_major      # storage_order=1 for Indices
     Py_ssize_t chans       # channels C (for the post-op chain)
     ppl_post_chain chain   # len 0: none
+    # The same for every row (made once by _window_step, _row_tables): per W tap kw, the outputs
+    # [o0, o1) whose tap lands inside the row; AveragePool: per output column, the taps of
+    # its window along W inside the counted box.  Computed for each row, their integer
+    # divisions cost more than the adds of a narrow row (an NDARRAY 3x3 pool over
+    # 320 x 14 x 14 took 10x ONNX Runtime's time).
+    const Py_ssize_t* w_ranges   # (kernel[2], 2)
+    const float* w_counts        # (out[2],)
+    # Per output index along D and H: (first tap inside the input, taps inside it, taps
+    # inside the counted box).
+    const Py_ssize_t* d_taps     # (out[0], 3)
+    const Py_ssize_t* h_taps     # (out[1], 3)
 
 
 cdef void _chain_pixels(const ppl_post_chain* ch, float* y, Py_ssize_t plane,
@@ -258,24 +283,23 @@ cdef void _max_index_taps(const float* xrow, float* yrow, int64_t* irow, int64_t
                 irow[ow] = row_index + iw * w_step
 
 
-cdef void _pool_row(const _PoolArgs* a, Py_ssize_t row) noexcept nogil:
-    """Output row `row` (plane, od, oh) of a windowed pool: max, max with Indices, or average."""
+cdef void _pool_row(const _PoolArgs* a, Py_ssize_t plane, Py_ssize_t od,
+                    Py_ssize_t oh) noexcept nogil:
+    """Output row (plane, od, oh) of a windowed pool: max, max with Indices, or average."""
     cdef const Window* w = &a.w
     cdef Py_ssize_t D = w.size[0], H = w.size[1], W = w.size[2], OW = w.out[2]
-    cdef Py_ssize_t L = a.lanes, sw = w.stride[2], per_plane = w.out[0] * w.out[1]
-    cdef Py_ssize_t plane = row // per_plane, r = row % per_plane
-    cdef Py_ssize_t od = r // w.out[1], oh = r % w.out[1]
+    cdef Py_ssize_t L = a.lanes, sw = w.stride[2], r = od * w.out[1] + oh
     cdef Py_ssize_t start_d = od * w.stride[0] - w.pad_begin[0]
     cdef Py_ssize_t start_h = oh * w.stride[1] - w.pad_begin[1]
-    cdef Py_ssize_t kd, kh, kw, kd0, kh0, nd, nh, id_, ih, offset, o0, o1, j, unused, count_dh
+    cdef Py_ssize_t kd, kh, kw, id_, ih, offset, o0, o1, j, count_dh
+    cdef Py_ssize_t kd0 = a.d_taps[3 * od], nd = a.d_taps[3 * od + 1]
+    cdef Py_ssize_t kh0 = a.h_taps[3 * oh], nh = a.h_taps[3 * oh + 1]
     cdef const float* x = a.x + plane * a.in_plane
     cdef float* yrow = a.y + plane * a.out_plane + r * OW * L
     cdef const float* xrow
     cdef int64_t* irow = NULL
     cdef int64_t w_step = 0, base = 0
     cdef float init = 0.0 if a.kind == POOL_AVG else -INFINITY
-    nd = _tap_count(start_d, w.dilation[0], w.kernel[0], 0, D, &kd0)
-    nh = _tap_count(start_h, w.dilation[1], w.kernel[1], 0, H, &kh0)
     for j in range(OW * L):
         yrow[j] = init
     if a.kind == POOL_MAX_INDEX:
@@ -297,28 +321,35 @@ cdef void _pool_row(const _PoolArgs* a, Py_ssize_t row) noexcept nogil:
                                 w_step, w)
                 continue
             for kw in range(w.kernel[2]):
-                offset = kw * w.dilation[2] - w.pad_begin[2]
-                _row_range(offset, sw, W, OW, &o0, &o1)
+                o0, o1 = a.w_ranges[2 * kw], a.w_ranges[2 * kw + 1]
                 if o1 > o0:
+                    offset = kw * w.dilation[2] - w.pad_begin[2]
                     _update_row(a.kind, L, yrow + o0 * L, xrow + (o0 * sw + offset) * L,
                                 o1 - o0, sw)
     if a.kind == POOL_AVG:
         # The counted cells form a box, so the count is a product of per-axis counts.
-        count_dh = (_tap_count(start_d, w.dilation[0], w.kernel[0], w.count_lo[0],
-                               w.count_hi[0], &unused)
-                    * _tap_count(start_h, w.dilation[1], w.kernel[1], w.count_lo[1],
-                                 w.count_hi[1], &unused))
-        _divide_by_counts(yrow, L, count_dh, w.count_lo[2], w.count_hi[2], w)
+        count_dh = a.d_taps[3 * od + 2] * a.h_taps[3 * oh + 2]
+        _divide_by_counts(yrow, L, <float>count_dh, a.w_counts, OW)
     if a.chain.len > 0:
         _chain_pixels(&a.chain, yrow, plane, OW, L, a.chans)
 
 
 cdef void _pool_step(const void* p, int tid, int nthreads) noexcept nogil:
     cdef const _PoolArgs* a = <const _PoolArgs*>p
-    cdef Py_ssize_t begin, end, row
+    cdef Py_ssize_t begin, end, row, plane, od, oh, per_plane = a.w.out[0] * a.w.out[1]
     ppl_partition(a.rows, tid, nthreads, &begin, &end)
-    for row in range(begin, end):
-        _pool_row(a, row)
+    if begin >= end:
+        return
+    plane, od, oh = begin // per_plane, begin % per_plane // a.w.out[1], begin % a.w.out[1]
+    for row in range(begin, end):  # rows in order: (plane, od, oh) counted up, no division
+        _pool_row(a, plane, od, oh)
+        oh += 1
+        if oh == a.w.out[1]:
+            oh = 0
+            od += 1
+            if od == a.w.out[0]:
+                od = 0
+                plane += 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -417,6 +448,17 @@ cdef struct _GlobalArgs:
     bint is_max
     Py_ssize_t chans       # channels C (for the post-op chain)
     ppl_post_chain chain   # len 0: none
+    # The same for every row (made once by _window_step, _row_tables): per W tap kw, the outputs
+    # [o0, o1) whose tap lands inside the row; AveragePool: per output column, the taps of
+    # its window along W inside the counted box.  Computed for each row, their integer
+    # divisions cost more than the adds of a narrow row (an NDARRAY 3x3 pool over
+    # 320 x 14 x 14 took 10x ONNX Runtime's time).
+    const Py_ssize_t* w_ranges   # (kernel[2], 2)
+    const float* w_counts        # (out[2],)
+    # Per output index along D and H: (first tap inside the input, taps inside it, taps
+    # inside the counted box).
+    const Py_ssize_t* d_taps     # (out[0], 3)
+    const Py_ssize_t* h_taps     # (out[1], 3)
 
 
 cdef void _global_step(const void* p, int tid, int nthreads) noexcept nogil:
@@ -534,8 +576,15 @@ cdef Step _window_step(str op, int kind, Py_ssize_t lanes, size_t x, size_t y, s
     args.y = <float*>y
     args.indices = <int64_t*>indices
     args.column_major = column_major
+    tables = _row_tables(&args.w)
+    cdef Py_ssize_t[:, ::1] rv = tables[0]
+    cdef float[::1] cv = tables[1]
+    cdef Py_ssize_t[:, ::1] dv = tables[2]
+    cdef Py_ssize_t[:, ::1] hv = tables[3]
+    args.w_ranges, args.w_counts = &rv[0, 0], &cv[0]
+    args.d_taps, args.h_taps = &dv[0, 0], &hv[0, 0]
     cdef Step step = new_step(_pool_step, sizeof(_PoolArgs),
-                              work >= PARALLEL_MIN and args.rows > 1, keep)
+                              work >= PARALLEL_MIN and args.rows > 1, (keep, tables))
     (<_PoolArgs*>step.args)[0] = args
     return step
 
