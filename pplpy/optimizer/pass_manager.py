@@ -56,6 +56,7 @@ from pplpy.optimizer.passes.recognize_layer_norm import RecognizeLayerNorm
 from pplpy.optimizer.passes.reduce_mean_to_pool import ReduceMeanToGlobalPool
 from pplpy.optimizer.passes.relu_maxpool import SwapReluMaxPool
 from pplpy.optimizer.passes.reshape_cast_chains import MergeReshapes, SimplifyCasts
+from pplpy.optimizer.passes.split_grouped_conv import SplitGroupedConv
 from pplpy.optimizer.passes.split_projection import SplitGatedProjection
 from pplpy.optimizer.passes.sum_to_add import SumToAdd
 from pplpy.optimizer.passes.transposes import OptimizeTransposes, SinkTransposes
@@ -86,6 +87,7 @@ PASSES = {
         FoldIntoBatchNorm,
         FoldIntoConv,
         FoldIntoGemm,
+        SplitGroupedConv,
         RecognizeGelu,
         RecognizeLayerNorm,
         RecognizeAddLayerNorm,
@@ -190,6 +192,9 @@ DEFAULT_PIPELINE = (
     # Folding leaves its inputs (shape constants, the weights replaced by folded ones)
     # unread.
     P("fold_into_gemm", "fixed_point", dce_after=True, modes=("fusion",)),
+    # After the folds into Conv (a BN after a grouped conv is in its W and B by then) and
+    # before the activation after the Concat moves onto the per-group convs.
+    P("split_grouped_conv", dce_after=True, modes=("fusion",)),
     # The 3-D projections fold_into_gemm leaves as MatMul + Add: one node, so the engine can
     # fuse the activation after them.
     P("fuse_matmul_bias", dce_after=True, modes=("fusion",)),
