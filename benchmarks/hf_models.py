@@ -3,7 +3,8 @@ in one process: what a user who exports a model with torch.onnx.export gets.
 
     python benchmarks/hf_models.py export DIR [--models bert,gpt2,vit,distilbert]
                                               (or any of MORE_MODELS: convnext,segformer,
-                                              deberta)
+                                              deberta; SURVEY_MODELS: wav2vec2,cvt,levit,
+                                              upernet,regnet,poolformer)
                                               [--exporters torchscript,dynamo]
     python benchmarks/hf_models.py run DIR [--threads 1,2] [--repeats 7]
 
@@ -38,6 +39,17 @@ MODELS = ("bert", "gpt2", "vit", "distilbert")
 # and DeBERTa-v3-base (relative attention, p2c and c2p): models pplpy had run behind ORT
 # (slow transposes, GatherElements, two-thread GEMM splits; docs/benchmarks.md "Session 22").
 MORE_MODELS = ("convnext", "segformer", "deberta")
+# Session 25's survey of vision and audio models (default configs, batch 1, static shapes,
+# input 224 x 224 or one second of 16 kHz audio): where pplpy had a path far off ONNX
+# Runtime's (docs/benchmarks.md "Session 25").  name: (model class, config class, input).
+SURVEY_MODELS = {
+    "wav2vec2": ("Wav2Vec2Model", "Wav2Vec2Config", "audio"),     # 1-channel first conv
+    "cvt": ("CvtModel", "CvtConfig", "image"),                     # Einsum attention
+    "levit": ("LevitModel", "LevitConfig", "image"),               # Linear + BatchNorm1d
+    "upernet": ("UperNetForSemanticSegmentation", "UperNetConfig", "image"),  # 2048 -> 512
+    "regnet": ("RegNetModel", "RegNetConfig", "image"),            # grouped 3x3 convs
+    "poolformer": ("PoolFormerModel", "PoolFormerConfig", "image"),  # NDARRAY AveragePool
+}
 EXPORTERS = ("torchscript", "dynamo")
 FUSED = ("Attention", "PackedAttention", "MatMulBias", "AddLayerNormalization",
          "LayerNormalization", "RMSNormalization")
@@ -74,6 +86,12 @@ def _model(name, torch, transformers):
         # to 1 and the dynamo export fails ("Constraints violated (batch)")
         return (module, (torch.randn(2, 3, size, size),), ["pixel_values"],
                 ["last_hidden_state"], {"pixel_values": {0: "batch"}})
+    if name in SURVEY_MODELS:
+        cls, config, kind = SURVEY_MODELS[name]
+        module = getattr(transformers, cls)(getattr(transformers, config)())
+        if kind == "audio":
+            return module, (torch.randn(1, 16000),), ["input_values"], ["output"], {}
+        return module, (torch.randn(1, 3, 224, 224),), ["pixel_values"], ["output"], {}
     if name == "deberta":  # v3-base: relative attention through p2c and c2p, 256 buckets
         config = transformers.DebertaV2Config(
             hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -218,10 +236,10 @@ def main():
     args = parser.parse_args()
     if args.command == "export":
         models = args.models.split(",")
-        unknown = sorted(set(models) - set(MODELS + MORE_MODELS))
+        known = MODELS + MORE_MODELS + tuple(SURVEY_MODELS)
+        unknown = sorted(set(models) - set(known))
         if unknown:
-            parser.error(f"unknown model(s) {unknown}; choose from "
-                         f"{', '.join(MODELS + MORE_MODELS)}")
+            parser.error(f"unknown model(s) {unknown}; choose from {', '.join(known)}")
         export(args.folder, models, args.exporters.split(","))
     else:
         run(args.folder, [int(t) for t in args.threads.split(",")], args.warmup, args.repeats)
