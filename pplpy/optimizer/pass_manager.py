@@ -43,6 +43,7 @@ from pplpy.optimizer.passes.concat_activation import (
 from pplpy.optimizer.passes.constant_folding import ConstantFolding
 from pplpy.optimizer.passes.cse import CommonSubexpressionElimination
 from pplpy.optimizer.passes.dead_code_elimination import DeadCodeElimination
+from pplpy.optimizer.passes.einsum_to_matmul import EinsumToMatMul
 from pplpy.optimizer.passes.expand_to_broadcast import ExpandToBroadcast
 from pplpy.optimizer.passes.fold_into_conv import FoldIntoBatchNorm, FoldIntoConv, FoldIntoGemm
 from pplpy.optimizer.passes.fuse_eltwise_chains import FuseEltwiseChains
@@ -76,6 +77,7 @@ PASSES = {
         SimplifyCasts,
         MergeReshapes,
         ExpandToBroadcast,
+        EinsumToMatMul,
         SinkTransposes,
         OptimizeTransposes,
         OptimizeConcats,
@@ -153,6 +155,8 @@ DEFAULT_PIPELINE = (
     P("simplify_casts", "fixed_point"),
     P("merge_reshapes", "fixed_point"),
     P("expand_to_broadcast", "fixed_point", dce_after=True),
+    # Attention written as einsum (CvT) in the MatMul spelling recognize_attention knows.
+    P("einsum_to_matmul", modes=("fusion",)),
     # Projections written through 2-D (HF GPT-2's Conv1D, the dynamo exporter's head merge)
     # back to N-D MatMul + Add, before the recognizers look for the attention's head merge
     # and the activations after the projections.
