@@ -99,6 +99,28 @@ def test_planar_run_time_weight_batch(isa, tmp_path):
     assert conv_input_format(rt, "stem") is DataFormat.NDARRAY
 
 
+def test_one_input_channel_with_a_run_time_weight(tmp_path):
+    """W fed at run time with a free output dim: its build-time probe says nothing of the
+    runs, which may have one output channel (the depthwise kernel's, which reads N16CX) or
+    several; the conv reads N16CX and takes the kernel each run's W asks for."""
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="stem", pads=[1, 1])], "g",
+        [helper.make_tensor_value_info("x", FLOAT, [1, 1, 20]),
+         helper.make_tensor_value_info("w", FLOAT, ["O", 1, 3])],
+        [helper.make_tensor_value_info("y", FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    rt = pplpy.load(path, num_threads=1)
+    assert conv_input_format(rt, "stem") is DataFormat.N16CX
+    x = rand(1, 1, 20)
+    for oc in (2, 1, 20):
+        feeds = {"x": x, "w": rand(oc, 1, 3)}
+        np.testing.assert_allclose(rt.run(feeds)["y"],
+                                   ReferenceEvaluator(model).run(None, feeds)[0],
+                                   rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("ic,oc,group", [(16, 12, 1), (6, 12, 3), (1, 1, 1), (4, 8, 4)])
 def test_blocked_convs_stay_n16cx(ic, oc, group, tmp_path):
     """16 channels fill a block; a grouped conv has blocks per group; one input channel

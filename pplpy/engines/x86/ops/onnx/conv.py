@@ -247,12 +247,14 @@ class ConvOp(X86OptKernel):
     def reads_planar(self, in_format, x_dims, w_dims):
         """True when the kernel reads x as NCHW (see the module docstring): group 1, 1 to 15
         input channels (known), x produced in NDARRAY.  One input channel into one output
-        channel is the depthwise kernel's (N16CX), so one input channel needs W's dims."""
+        channel is the depthwise kernel's (N16CX), so one input channel needs a constant W
+        with several outputs: a W fed at run time may have a free output dim, whose value
+        here is only a probe."""
         if not (in_format is DataFormat.NDARRAY and self.param.group == 1
                 and x_dims is not None and len(x_dims) >= 3
                 and isinstance(x_dims[1], (int, np.integer)) and 0 < x_dims[1] < PLANAR_MAX_C):
             return False
-        return x_dims[1] > 1 or (w_dims is not None and isinstance(w_dims[0], (int, np.integer))
+        return x_dims[1] > 1 or (self.constant(1) is not None and w_dims is not None
                                  and w_dims[0] > 1)
 
     def select_format(self, in_formats, in_shapes):
