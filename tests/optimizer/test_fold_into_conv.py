@@ -352,6 +352,20 @@ def test_batchnorm_of_a_flattened_projection_folds(save_model, x_dims, back):
         assert post_ops(fused, want) == [[eltwise(PostOp.HARD_SWISH, 0.0, 0.0)]]
 
 
+def test_batchnorm_of_a_reshaped_gemm_folds(save_model):
+    """A Gemm's (M, N) output, reshaped to itself, then BN over its columns: into the Gemm."""
+    nodes = [helper.make_node("Gemm", ["x", "B", "C"], ["g"], transB=1),
+             helper.make_node("Reshape", ["g", "flat"], ["f"])]
+    inits = {"B": rand(12, 16), "C": rand(12), "flat": np.asarray([-1, 12], np.int64)}
+    add_bn(nodes, inits, "bn", 12, "f", "y")
+    m = model(nodes, inits, [("x", [6, 16])])
+    graph, pm = rewrites(save_model, m)
+    assert details(pm, "fold_into_gemm") == {
+        "BatchNormalization->Gemm (through a flattening Reshape)": 1}
+    types, _, _ = check(save_model, m, {"x": rand(6, 16)})
+    assert "BatchNormalization" not in types
+
+
 @pytest.mark.parametrize("case", ["last_axis_split", "read_twice", "not_flat", "rank_1"])
 def test_batchnorm_of_a_reshape_that_moves_channels_stays(save_model, case):
     """Only a Reshape that merges the leading dims and keeps the columns as the BN's

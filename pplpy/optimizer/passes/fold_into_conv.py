@@ -192,11 +192,12 @@ def _output_dims(graph, target):
     model, or A's leading dims and the weight's columns."""
     node = target.node
     dims = static_dims(graph, node.outputs[0])
-    if dims is None and node.op_type != "Gemm":
-        a = static_dims(graph, node.inputs[0])
-        if a is not None and len(a) >= 2:
-            dims = a[:-1] + (target.channels,)
-    return dims
+    a = static_dims(graph, node.inputs[0])
+    if dims is not None or a is None or len(a) < 2:
+        return dims
+    if node.op_type == "Gemm":  # A (M, K), or (K, M) with transA
+        return (a[1] if node.param.transA else a[0], target.channels)
+    return a[:-1] + (target.channels,)
 
 
 def _reshaped_dims(graph, reshape, in_dims):
@@ -247,7 +248,8 @@ class FoldAffine(RewriteRule, abc.ABC):
             return None
         z = reshape.inputs[0]
         target = _target(graph, graph.producer(z), self.producers)
-        if target is None or target.axis != -1 or not _single_reader(graph, z, reshape):
+        if (target is None or not _single_reader(graph, z, reshape)
+                or target.axis not in (-1, (target.rank or 0) - 1)):  # channels last
             return None
         z_dims = _output_dims(graph, target)
         x_dims = static_dims(graph, src) or _reshaped_dims(graph, reshape, z_dims)
