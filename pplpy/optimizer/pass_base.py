@@ -45,6 +45,9 @@ class Pass:
 class RewriteRule(Pass):
     name = "rule"
     op_types = None  # set of op types, or None for every node
+    # True for a rule whose new nodes may read values produced later in the node list (it
+    # adds them at the end): the graph is sorted again after a sweep that changed it.
+    sorts_after = False
 
     def condition(self, graph, node, ctx):
         return True
@@ -62,6 +65,8 @@ class RewriteRule(Pass):
                 continue
             if self.condition(graph, node, ctx) and self.apply(graph, node, ctx):
                 changes += 1
+        if changes and self.sorts_after:
+            graph.topological_sort()
         return changes
 
 

@@ -105,9 +105,3 @@ class EinsumToMatMul(RewriteRule):
         _record(graph, out, [dims[i] for i in perm])
         new_node(graph, "Transpose", [name], [out], node, TransposeParam(perm=tuple(perm)))
         return out
-
-    def run(self, graph, ctx):
-        changes = super().run(graph, ctx)
-        if changes:
-            graph.topological_sort()
-        return changes

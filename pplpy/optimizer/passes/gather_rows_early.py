@@ -142,6 +142,7 @@ class GatherRowsEarly(RewriteRule):
 
     name = "gather_rows_early"
     op_types = {("", "Gather")}
+    sorts_after = True  # fixed point: the next round sweeps its new nodes in order
 
     def apply(self, graph, gather, ctx):
         if not (ctx.can_create("", "Gather", GATHER_OPSET)
@@ -269,9 +270,3 @@ class GatherRowsEarly(RewriteRule):
         name = graph.unique_name(f"{self.name}/{stem}")
         graph.add_constant(name, np.ascontiguousarray(array))
         return name
-
-    def run(self, graph, ctx):
-        changes = super().run(graph, ctx)
-        if changes:
-            graph.topological_sort()
-        return changes

@@ -111,9 +111,3 @@ class SplitGroupedConv(RewriteRule):
         new_node(graph, "Concat", outs, [out], node, ConcatParam(axis=1))
         self.details[f"Conv in {groups} groups -> {groups} Convs"] += 1
         return True
-
-    def run(self, graph, ctx):
-        changes = super().run(graph, ctx)
-        if changes:
-            graph.topological_sort()
-        return changes
