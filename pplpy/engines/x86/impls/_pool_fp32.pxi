@@ -226,10 +226,10 @@ cdef struct _PoolArgs:
     bint column_major      # storage_order=1 for Indices
     Py_ssize_t chans       # channels C (for the post-op chain)
     ppl_post_chain chain   # len 0: none
-    # The same for every row (made once by _window_step, _row_tables): per W tap kw, the outputs
-    # [o0, o1) whose tap lands inside the row; AveragePool: per output column, the taps of
-    # its window along W inside the counted box.  Computed for each row, their integer
-    # divisions cost more than the adds of a narrow row (an NDARRAY 3x3 pool over
+    # The same for every row (made once by _window_step, _row_tables): per W tap kw, the
+    # outputs [o0, o1) whose tap lands inside the row; AveragePool: per output column, the
+    # taps of its window along W inside the counted box.  Computed for each row, their
+    # integer divisions cost more than the adds of a narrow row (an NDARRAY 3x3 pool over
     # 320 x 14 x 14 took 10x ONNX Runtime's time).
     const Py_ssize_t* w_ranges   # (kernel[2], 2)
     const float* w_counts        # (out[2],)
@@ -448,17 +448,6 @@ cdef struct _GlobalArgs:
     bint is_max
     Py_ssize_t chans       # channels C (for the post-op chain)
     ppl_post_chain chain   # len 0: none
-    # The same for every row (made once by _window_step, _row_tables): per W tap kw, the outputs
-    # [o0, o1) whose tap lands inside the row; AveragePool: per output column, the taps of
-    # its window along W inside the counted box.  Computed for each row, their integer
-    # divisions cost more than the adds of a narrow row (an NDARRAY 3x3 pool over
-    # 320 x 14 x 14 took 10x ONNX Runtime's time).
-    const Py_ssize_t* w_ranges   # (kernel[2], 2)
-    const float* w_counts        # (out[2],)
-    # Per output index along D and H: (first tap inside the input, taps inside it, taps
-    # inside the counted box).
-    const Py_ssize_t* d_taps     # (out[0], 3)
-    const Py_ssize_t* h_taps     # (out[1], 3)
 
 
 cdef void _global_step(const void* p, int tid, int nthreads) noexcept nogil:
@@ -598,7 +587,8 @@ def make_maxpool_ndarray_step(size_t x, size_t y, size_t indices, x_shape, y_sha
     or the address of int64 shaped like y (ONNX MaxPool's Indices, storage_order 0
     row-major, 1 column-major over the spatial axes)."""
     if storage_order not in (0, 1):
-        raise ValueError(f"maxpool_ndarray_fp32: storage_order must be 0 or 1, got {storage_order}")
+        raise ValueError(f"maxpool_ndarray_fp32: storage_order must be 0 or 1, got "
+                         f"{storage_order}")
     rank = len(tuple(x_shape)) - 2
     return _window_step("maxpool_ndarray_fp32", POOL_MAX_INDEX if indices else POOL_MAX, 1, x,
                         y, indices, x_shape, y_shape, kernel, strides, pads_begin,
