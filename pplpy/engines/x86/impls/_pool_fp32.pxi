@@ -581,7 +581,8 @@ cdef Step _window_step(str op, int kind, Py_ssize_t lanes, size_t x, size_t y, s
 def make_maxpool_ndarray_step(size_t x, size_t y, size_t indices, x_shape, y_shape, kernel,
                               strides, pads_begin, dilations, int storage_order=0,
                               *, post_chain=(), Py_ssize_t channels=0, keep=()):
-    """Step: y[n, c, o] = max over in-bounds taps of x[n, c, o * strides - pads_begin + t * dilations].
+    """Step: y[n, c, o] = max over in-bounds taps t of
+    x[n, c, o * strides - pads_begin + t * dilations].
 
     x_shape (N, C, *spatial), y_shape (N, C, *out_spatial), 1 to 3 spatial axes; indices 0
     or the address of int64 shaped like y (ONNX MaxPool's Indices, storage_order 0
