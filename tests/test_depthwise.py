@@ -131,6 +131,13 @@ def test_depthwise_general_path(isa, mult, dil, k, tmp_path):
     run_case(tmp_path, isa, 12, (9, 11), k, 1, (1, 2, 3, 1), mult=mult, dil=dil)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_channel_multiplier_across_input_blocks(isa, tmp_path):
+    """A multiplier of 3 over 20 channels: an output block's lanes read input channels of
+    two input blocks, and the last block has padding lanes (gathered pixel by pixel)."""
+    run_case(tmp_path, isa, 20, (9, 10), 3, 1, (1, 1, 1, 1), mult=3, threads=(1, 2, 3))
+
+
 def test_depthwise_many_threads_large(tmp_path):
     """A layer large enough to run as a parallel step (many items per thread)."""
     run_case(tmp_path, None, 48, (56, 56), 3, 2, (1, 1, 1, 1), act="swish", threads=(1, 2, 3))

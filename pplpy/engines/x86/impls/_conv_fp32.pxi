@@ -628,10 +628,10 @@ cdef void _conv_dw_items(const _ConvArgs *c, Py_ssize_t begin, Py_ssize_t end,
     """Items [begin, end) of a depthwise conv step, with one share's scratch (gathered: its
     plane, slab or zero row)."""
     cdef const _ConvDims *d = &c.d
-    cdef Py_ssize_t item, rest, oh, oh_lo, oh_hi, cb, n, lane, o, ci, hw
+    cdef Py_ssize_t item, rest, oh, oh_lo, oh_hi, cb, n, lane, ci, hw, valid
     cdef Py_ssize_t plane = d.H * d.W * PPL_CB, taps = <Py_ssize_t>d.kh * d.kw
+    cdef Py_ssize_t lane_src[PPL_CB]  # a channel multiplier's lanes: offsets into x
     cdef const float *x_p
-    cdef const float *src
     cdef const float *wp
     cdef const float *bias
     cdef float *y_p
@@ -654,16 +654,17 @@ cdef void _conv_dw_items(const _ConvArgs *c, Py_ssize_t begin, Py_ssize_t end,
             _pack_dw_block(c.raw_w, c.oc, taps, cb, scratch + _BIAS_TMP)
             wp = scratch + _BIAS_TMP
         if whole:  # lane o of the block reads input channel o // mult
-            for lane in range(PPL_CB):
-                o = cb * PPL_CB + lane
-                if o < c.oc:
-                    ci = o // c.mult
-                    src = c.x + (n * d.icb + ci // PPL_CB) * plane + ci % PPL_CB
-                    for hw in range(d.H * d.W):
-                        gathered[hw * PPL_CB + lane] = src[hw * PPL_CB]
-                else:
-                    for hw in range(d.H * d.W):
-                        gathered[hw * PPL_CB + lane] = 0
+            # Pixel by pixel, each pixel's lanes from its (at most two) input blocks: lane by
+            # lane, a whole plane per lane, read every cache line of the input 16 times.
+            valid = min(<Py_ssize_t>PPL_CB, c.oc - cb * PPL_CB)
+            for lane in range(valid):
+                ci = (cb * PPL_CB + lane) // c.mult
+                lane_src[lane] = (n * d.icb + ci // PPL_CB) * plane + ci % PPL_CB
+            for hw in range(d.H * d.W):
+                for lane in range(valid):
+                    gathered[hw * PPL_CB + lane] = c.x[lane_src[lane] + hw * PPL_CB]
+                for lane in range(valid, PPL_CB):
+                    gathered[hw * PPL_CB + lane] = 0
             x_p = gathered
         else:
             x_p = c.x + (n * d.icb + cb) * plane
