@@ -20,13 +20,17 @@ class PassContext:
     ``is_deterministic(node)`` is False for random ops; ``fusion`` False marks a build that
     keeps layers apart (pplnn --disable-fusion); ``supports(domain, op_type, opset)`` says
     whether the engine runs an op a rewrite would create (None: only standard ONNX ops
-    that the graph already uses are safe to create)."""
+    that the graph already uses are safe to create); ``conv_algorithm(param, x_dims,
+    w_dims)`` names the algorithm the engine would run a Conv with (None: the engine does
+    not say, and rewrites that depend on it stay off)."""
 
-    def __init__(self, evaluate=None, is_deterministic=None, fusion=True, supports=None):
+    def __init__(self, evaluate=None, is_deterministic=None, fusion=True, supports=None,
+                 conv_algorithm=None):
         self.evaluate = evaluate
         self.is_deterministic = is_deterministic  # node -> False for random ops
         self.fusion = fusion
         self.supports = supports
+        self.conv_algorithm = conv_algorithm
 
     def can_create(self, domain, op_type, opset):
         return self.supports is not None and bool(self.supports(domain, op_type, opset))

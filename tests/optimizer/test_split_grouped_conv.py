@@ -109,6 +109,29 @@ def test_convs_the_rule_leaves_alone(save_model, case):
                                rtol=1e-4, atol=1e-4)
 
 
+def test_a_team_that_runs_the_groups_direct_keeps_one_conv(save_model):
+    """Four groups of 16 -> 32 channels at 10 x 7: one thread runs each group on Winograd,
+    three threads finish direct first (too few Winograd items), so the split would only add
+    the Split's copy; and the optimiser alone, with no engine to ask, never splits."""
+    from pplpy.models.onnx import load_model
+    from pplpy.optimizer import PassContext, PassManager
+    from pplpy.optimizer.pass_manager import DEFAULT_PIPELINE
+
+    model, feeds = grouped_block(ic=64, oc=128, groups=4, hw=(10, 7))
+    path = save_model(model)
+    splits = {}
+    for threads in (1, 3):
+        rt = pplpy.load(path, num_threads=threads)
+        splits[threads] = [n.op_type for n in rt.graph.nodes].count("Split")
+        np.testing.assert_allclose(rt.run(feeds)["y"],
+                                   ReferenceEvaluator(model).run(None, feeds)[0],
+                                   rtol=1e-4, atol=1e-4)
+    assert splits == {1: 1, 3: 0}
+    graph, _ = load_model(path)
+    PassManager(DEFAULT_PIPELINE).run(graph, PassContext(fusion=True))
+    assert "Split" not in [n.op_type for n in graph.nodes]
+
+
 def test_batch_two_splits_too(save_model):
     """Batch 2: the Concat's parts are not contiguous, so it copies; the result holds."""
     model, feeds = grouped_block(batch=2)

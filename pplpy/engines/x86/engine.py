@@ -23,6 +23,7 @@ from pplpy.common.tensor_shape import TensorShape
 from pplpy.engines.x86 import ops as _ops  # noqa: F401  (fills the registry)
 from pplpy.engines.x86.ops.declare import find_op
 from pplpy.engines.x86.ops.kernel import Slot, StepIO
+from pplpy.engines.x86.ops.onnx.conv import algorithm_for_team, conv_geometry
 from pplpy.engines.x86.passes.inference import infer_shapes
 from pplpy.engines.x86.pipeline import EngineState, run_pipeline
 from pplpy.errors import PplError
@@ -123,6 +124,15 @@ class X86Engine:
         """Whether an op (domain, op_type) at ``opset`` is registered: what the graph
         optimiser asks before it writes a node of it."""
         return find_op(domain, op_type, opset) is not None
+
+    def conv_algorithm(self, param, x_dims, w_dims):
+        """The algorithm ("winograd_f4x3" or "direct") a Conv of ``param`` (ConvParam) would
+        run on this engine for static input dims ``x_dims`` and a constant weight of dims
+        ``w_dims``, for its thread team: the graph optimiser asks before it splits a
+        grouped conv into Winograd-sized ones (split_grouped_conv)."""
+        out_spatial = conv_geometry(param, x_dims, w_dims)
+        return algorithm_for_team(param, x_dims, w_dims, True, out_spatial,
+                                  self.options.isa, self.options.num_threads)
 
     def is_deterministic(self, node):
         """False for ops whose outputs are not a function of their inputs (random ops)."""

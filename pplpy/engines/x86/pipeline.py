@@ -136,7 +136,8 @@ def graph_rewrites(state):
     pm.run(state.graph, PassContext(evaluate=state.engine.evaluate,
                                     is_deterministic=state.engine.is_deterministic,
                                     fusion=state.engine.options.fusion,
-                                    supports=state.engine.supports_op), on_pass)
+                                    supports=state.engine.supports_op,
+                                    conv_algorithm=state.engine.conv_algorithm), on_pass)
     state.rewrites = sum(record.changes for record in pm.log[start:])
     return f"{state.rewrites} changes, {before} -> {len(state.graph)} nodes"
 

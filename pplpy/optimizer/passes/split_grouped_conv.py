@@ -13,12 +13,12 @@ plan writes its parts in place (N16CX, batch 1, whole 16-channel blocks), and an
 after it moves onto the per-group convs (hoist_activations_above_concat), whose epilogues
 then apply it.
 
-Where: group > 1 with input and output channels per group multiples of 16 and at least 16,
-a constant W (and B), kernel 3x3, stride 1, dilation 1, a static input (batch and spatial
-dims known), and an output where Winograd is chosen for such a conv (at least 6 x 6, and
-14 x 14 past 128 x 128 channels a group: the x86 engine's thresholds, ops/onnx/conv.py), at
-most MAX_GROUPS groups.  Runs after the folds into Conv (a BatchNormalization after the
-grouped conv is in W and B by then), in the "fusion" mode only.
+Where: group > 1 (at most MAX_GROUPS) with input and output channels per group multiples of
+16, a constant W (and B), kernel 3x3, stride 1, dilation 1, a static input, and where the
+engine says it would run one group's conv on Winograd (``ctx.conv_algorithm``: its channel
+and output-size thresholds and its thread team; an engine that does not say gets no
+split).  Runs after the folds into Conv (a BatchNormalization after the grouped conv is in
+W and B by then), in the "fusion" mode only.
 """
 
 import dataclasses
@@ -30,16 +30,13 @@ from pplpy.optimizer.passes.queries import new_node, static_dims
 from pplpy.params.onnx import ConcatParam, SplitParam
 
 BLOCK = 16              # channels per N16CX block: each group whole blocks
-MIN_OUTPUT = 6          # output height and width
-LARGE_GROUP = 128 * 128  # icg * ocg past which the output needs ...
-LARGE_MIN_PIXELS = 14 * 14  # ... this many pixels
-MAX_GROUP_WEIGHT = 1024 * 1024  # icg * ocg
 MAX_GROUPS = 64
 SPLIT_INPUT_SINCE = 13  # Split takes its sizes as an input from opset 13
 
 
 class SplitGroupedConv(RewriteRule):
-    """A grouped 3x3 stride-1 Conv with Winograd-sized groups becomes one Conv per group."""
+    """A grouped Conv whose groups the engine would run on Winograd becomes one Conv per
+    group."""
 
     name = "split_grouped_conv"
     op_types = {("", "Conv")}
@@ -47,30 +44,24 @@ class SplitGroupedConv(RewriteRule):
     def condition(self, graph, node, ctx):
         p = node.param
         groups = p.group
-        if groups < 2 or groups > MAX_GROUPS or len(node.outputs) != 1:
+        if (ctx.conv_algorithm is None or groups < 2 or groups > MAX_GROUPS
+                or len(node.outputs) != 1):
             return False
         w = graph.constants.get(node.inputs[1])
         has_b = len(node.inputs) > 2 and bool(node.inputs[2])
         b = graph.constants.get(node.inputs[2]) if has_b else None
         x_dims = static_dims(graph, node.inputs[0])
         if (w is None or (has_b and b is None) or w.dtype != np.float32 or w.ndim != 4
-                or tuple(w.shape[2:]) != (3, 3) or x_dims is None or len(x_dims) != 4):
-            return False
-        if any(s != 1 for s in (p.strides or (1, 1))) or any(
-                d != 1 for d in (p.dilations or (1, 1))):
+                or x_dims is None or len(x_dims) != 4):
             return False
         oc, icg = w.shape[0], w.shape[1]
         ocg = oc // groups
-        if (x_dims[1] != icg * groups or oc % groups or icg % BLOCK or ocg % BLOCK
-                or icg * ocg > MAX_GROUP_WEIGHT):
+        if x_dims[1] != icg * groups or oc % groups or icg % BLOCK or ocg % BLOCK:
             return False
-        out = static_dims(graph, node.outputs[0])
-        if out is None or len(out) != 4:
-            return False
-        oh, ow = out[2], out[3]
-        if min(oh, ow) < MIN_OUTPUT or (icg * ocg > LARGE_GROUP and oh * ow < LARGE_MIN_PIXELS):
-            return False
-        return True
+        # The engine checks the rest (3x3, stride 1, dilation 1, channels, output, team).
+        one_group = dataclasses.replace(p, group=1)
+        return ctx.conv_algorithm(one_group, (x_dims[0], icg) + x_dims[2:],
+                                  (ocg,) + w.shape[1:]) == "winograd_f4x3"
 
     def apply(self, graph, node, ctx):
         groups = node.param.group

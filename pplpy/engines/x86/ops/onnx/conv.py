@@ -39,6 +39,7 @@ import os
 import numpy as np
 
 from pplpy.common.data_format import DataFormat
+from pplpy.engines.x86.impls.dispatch import load_variant
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.errors import PplError
@@ -113,6 +114,42 @@ def choose_algorithm(param, x_dims, w_dims, weight_constant, out_spatial=None, f
     return "winograd_f4x3"
 
 
+def conv_geometry(param, x_dims, w_dims):
+    """The output's spatial dims for input dims ``x_dims`` (None where they are not all
+    known ints, or where they do not fit the kernel)."""
+    if x_dims is None or not all(isinstance(d, (int, np.integer)) for d in x_dims[2:]):
+        return None
+    kernel = param.kernel_shape if param.kernel_shape is not None else w_dims[2:]
+    try:
+        return tuple(resolve_pads(x_dims[2:], kernel, param.strides, param.dilations,
+                                  param.pads, param.auto_pad)[0])
+    except ValueError:
+        # Dims that follow a free input dim hold its build-time probe value (64 and up): a
+        # stack of strided convs (wav2vec2's feature encoder) can take that below a kernel's
+        # size.  Real inputs are checked when a run plans its shapes; for the choice here
+        # the size is unknown.
+        return None
+
+
+def algorithm_for_team(param, x_dims, w_dims, weight_constant, out_spatial, isa,
+                       num_threads):
+    """choose_algorithm, and then direct where Winograd was chosen for a known batch and
+    output but the thread team finishes direct first (winograd_pays_for_team; only when the
+    algorithm is not forced).  What ConvKernel picks, and what the graph optimiser asks
+    before it splits a grouped conv (X86Engine.conv_algorithm)."""
+    algorithm = choose_algorithm(param, x_dims, w_dims, weight_constant, out_spatial)
+    if (algorithm != "winograd_f4x3" or out_spatial is None
+            or not isinstance(x_dims[0], (int, np.integer))
+            or (os.environ.get("PPLPY_CONV_ALGO") or "auto").lower() != "auto"):
+        return algorithm
+    batch, (oc, ic), (oh, ow) = int(x_dims[0]), (int(w_dims[0]), int(w_dims[1])), out_spatial
+    wino = load_variant("winograd_fp32", isa).winograd_work_items(batch, oh, ow, ic, oc,
+                                                                  num_threads)
+    direct = load_variant("conv_fp32", isa).conv_dense_work_items(batch, ic, oc, oh, ow, 3, 3,
+                                                                  1, 1, 1, 1, num_threads)
+    return "winograd_f4x3" if winograd_pays_for_team(wino, direct, num_threads) else "direct"
+
+
 class ConvKernel(X86Kernel):
     """N16CX convolution, direct or Winograd (``algorithm``): one compiled step per
     input-shape signature."""
@@ -121,26 +158,13 @@ class ConvKernel(X86Kernel):
         super().__init__(op)
         w = op.constant(1)
         x_dims = getattr(op, "x_dims", None)  # as seen when formats were selected
-        out_spatial = None
-        if w is not None and x_dims is not None and all(
-                isinstance(d, (int, np.integer)) for d in x_dims[2:]):
-            try:
-                out_spatial = tuple(op.geometry(x_dims, w.shape)[0])
-            except ValueError:
-                # Dims that follow a free input dim hold its build-time probe value (64 and
-                # up): a stack of strided convs (wav2vec2's feature encoder) can take that
-                # below a kernel's size.  Real inputs are checked when a run plans its
-                # shapes; for the choice here the size is unknown.
-                out_spatial = None
-        self.algorithm = choose_algorithm(self.param, x_dims,
-                                          None if w is None else w.shape, w is not None,
-                                          out_spatial)
+        out_spatial = None if w is None else conv_geometry(self.param, x_dims, w.shape)
         if getattr(op, "x_planar", False):  # only the direct kernel reads NCHW planes
             self.algorithm = "direct"
-        if (self.algorithm == "winograd_f4x3" and out_spatial is not None
-                and isinstance(x_dims[0], (int, np.integer))
-                and (os.environ.get("PPLPY_CONV_ALGO") or "auto").lower() == "auto"):
-            self.algorithm = self._algorithm_for_team(int(x_dims[0]), w.shape, out_spatial)
+        else:
+            self.algorithm = algorithm_for_team(
+                self.param, x_dims, None if w is None else w.shape, w is not None,
+                out_spatial, self.isa, self.op.options.num_threads)
         if self.algorithm == "winograd_f4x3":
             self.packed_w = self.impl("winograd_fp32").winograd_pack_weight(w)
         else:
@@ -154,16 +178,6 @@ class ConvKernel(X86Kernel):
         # constants.
         self.packed_inputs = tuple(i for i, v in ((1, self.packed_w), (2, self.bias))
                                    if v is not None) + self.post_chain.packed_inputs
-
-    def _algorithm_for_team(self, batch, w_dims, out_spatial):
-        """Winograd, or direct where the runtime's thread team finishes that first."""
-        threads = self.op.options.num_threads
-        oc, ic = int(w_dims[0]), int(w_dims[1])
-        oh, ow = out_spatial
-        wino = self.impl("winograd_fp32").winograd_work_items(batch, oh, ow, ic, oc, threads)
-        direct = self.impl("conv_fp32").conv_dense_work_items(batch, ic, oc, oh, ow, 3, 3, 1,
-                                                              1, 1, 1, threads)
-        return "winograd_f4x3" if winograd_pays_for_team(wino, direct, threads) else "direct"
 
     def pack(self, w):
         w = np.ascontiguousarray(w, np.float32)
