@@ -4,7 +4,8 @@ input-shape signature and cached by the Runtime.
     feeds' shapes (+ values of value-deciding feeds)
       --shape inference, host evaluation of shape values (passes/inference.py)-->
       --memory plan: one arena, live intervals (memory_planner.py); Concat inputs placed
-        inside their output where that is contiguous (inplace_concat.py)-->
+        inside their output where that is contiguous (inplace_concat.py), a Reshape's output
+        on its input (inplace_reshape.py)-->
       --kernel.make_step(io) for every node not evaluated on the host-->
       --step.Plan: the compiled step array, run in one nogil call
 
@@ -20,6 +21,7 @@ from pplpy.engines.x86.ops.kernel import Slot, StepIO
 from pplpy.engines.x86.passes.inference import infer_shapes
 from pplpy.errors import ShapeError
 from pplpy.runtime.inplace_concat import plan_inplace_concats
+from pplpy.runtime.inplace_reshape import alias_root, plan_inplace_reshapes
 from pplpy.runtime.memory_limit import describe_limit, usable_memory_bytes
 from pplpy.runtime.memory_planner import ALIGNMENT, Buffer, plan_memory
 from pplpy.runtime.step import Plan
@@ -103,9 +105,12 @@ class ExecutionPlan:
         written = {name: index for index, node in enumerate(step_nodes)
                    for name in node.outputs if name}
         aliases, inplace = plan_inplace_concats(step_nodes, self.tensor_shapes, written, graph)
-        for name, (out, _) in aliases.items():  # the output's buffer holds its inputs
-            first[out] = min(first[out], first[name])
-            last[out] = max(last[out], last[name])
+        inplace |= plan_inplace_reshapes(step_nodes, result.kernels, self.tensor_shapes,
+                                         aliases)
+        for name in aliases:  # a buffer holds every value that lies in it, for all their lives
+            root = alias_root(aliases, name)
+            first[root] = min(first[root], first[name])
+            last[root] = max(last[root], last[name])
         # Sizes over the memory there is are refused before anything is allocated: on a host
         # that overcommits, the allocation would succeed and the run be killed (memory_limit).
         limit = usable_memory_bytes()
@@ -134,11 +139,15 @@ class ExecutionPlan:
         self.arena = raw[start:start + total]
         self._raw = raw
         self.arena_bytes = total
-        def place(name):  # an input may sit in a Concat output that sits in another
-            if name not in offsets:
-                out, offset = aliases[name]
-                offsets[name] = place(out) + offset
-            return offsets[name]
+        def place(name):  # a value may lie in one that lies in another (Concats, Reshapes)
+            chain = []
+            while name not in offsets:
+                chain.append(name)
+                name = aliases[name][0]
+            at = offsets[name]
+            for inner in reversed(chain):
+                at += aliases[inner][1]
+                offsets[inner] = at
 
         for name in aliases:
             place(name)
@@ -168,7 +177,7 @@ class ExecutionPlan:
 
         steps, self.step_nodes = [], []
         for node in step_nodes:
-            if node in inplace:  # its inputs were written in place
+            if node in inplace:  # its output already holds its inputs' bytes
                 continue
             io = StepIO([slot(n) for n in node.inputs], [slot(n) for n in node.outputs],
                         num_threads)

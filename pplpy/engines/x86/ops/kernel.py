@@ -131,6 +131,9 @@ class X86Kernel:
     # Input indices whose constant values the kernel copied (packed) when it was made: the
     # engine then drops the raw weights, so they are held once.
     packed_inputs = ()
+    # True when output 0 is input 0's bytes unchanged (Reshape, Squeeze, BitCast): the plan
+    # may then place the output on the input's memory and run no step (inplace_reshape.py).
+    views_input = False
 
     def __init__(self, op):
         self.op = op

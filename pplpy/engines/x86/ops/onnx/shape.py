@@ -50,7 +50,10 @@ class DataMovementKernel(X86Kernel):
 
 class CopyKernel(DataMovementKernel):
     """y = x with new dims: Reshape, Flatten, Squeeze, Unsqueeze, Identity (row-major order
-    kept), a memcpy step split over threads when big."""
+    kept), a memcpy step split over threads when big, where the plan cannot place the output
+    on the input's memory instead."""
+
+    views_input = True
 
     def make_step(self, io):
         if not self.has_work(io):
