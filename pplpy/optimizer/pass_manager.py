@@ -53,6 +53,7 @@ from pplpy.optimizer.passes.pack_qkv import PackQKV
 from pplpy.optimizer.passes.recognize_add_layer_norm import RecognizeAddLayerNorm
 from pplpy.optimizer.passes.recognize_attention import RecognizeAttention
 from pplpy.optimizer.passes.recognize_gelu import RecognizeGelu
+from pplpy.optimizer.passes.recognize_group_norm import RecognizeGroupNorm
 from pplpy.optimizer.passes.recognize_layer_norm import RecognizeLayerNorm
 from pplpy.optimizer.passes.reduce_mean_to_pool import ReduceMeanToGlobalPool
 from pplpy.optimizer.passes.relu_maxpool import SwapReluMaxPool
@@ -92,6 +93,7 @@ PASSES = {
         SplitGroupedConv,
         RecognizeGelu,
         RecognizeLayerNorm,
+        RecognizeGroupNorm,
         RecognizeAddLayerNorm,
         RecognizeAttention,
         FuseMatMulBias,
@@ -174,6 +176,9 @@ DEFAULT_PIPELINE = (
     # post-ops, as Llama's separate projections do.
     P("split_gated_projection", dce_after=True, modes=("fusion",)),
     P("recognize_layer_norm", dce_after=True, modes=("fusion",)),
+    # PyTorch's GroupNorm (Reshape / InstanceNormalization / Reshape / Mul / Add) as one op
+    # that runs on N16CX, so the CNN around it stays blocked.
+    P("recognize_group_norm", dce_after=True, modes=("fusion",)),
     # A residual Add into the norm: one pass over each row (the sum written only when read).
     P("recognize_add_layer_norm", modes=("fusion",)),
     P("recognize_attention", dce_after=True, modes=("fusion",)),

@@ -1,8 +1,8 @@
 # Row-wise normalisations as compiled steps: LayerNormalization and RMSNormalization
 # (statistics over the trailing dims, one row each), pplpy's AddLayerNormalization (the
 # same on a residual sum formed row by row), InstanceNormalization and
-# GroupNormalization (one row per (n, c) plane or (n, group)), InstanceNormalization on
-# N16CX (16 channels' statistics at once), MeanVarianceNormalization (any set of axes),
+# GroupNormalization (one row per (n, c) plane or (n, group); on N16CX, 16 channels'
+# statistics at once), MeanVarianceNormalization (any set of axes),
 # and the single-axis ops LogSoftmax, Hardmax and LpNormalization.
 #
 # Written once and included by _layernorm_fp32_{avx512,fma,sse}.pyx.  Statistics take two
@@ -427,42 +427,59 @@ def row_norm_fp32(x, y, mean, invstd, scale, bias, Py_ssize_t scale_rows, Py_ssi
 
 
 # ---------------------------------------------------------------------------------------
-# InstanceNormalization on N16CX: x is (N * C/16, S, 16); one item is the 16 channels of a
-# block of one image, statistics per lane over S.  Zero padding lanes stay finite (their
-# scale and bias are 0, so they stay 0).
+# InstanceNormalization and GroupNormalization on N16CX: x is (N, blocks, S, 16).  Two
+# steps over the same items, an (image, channel block, chunk of CHUNK_ROWS pixels) each, so
+# a large plane with few channel blocks still splits across the team:
+#   moments: per lane of the item, the mean of its rows and their sum of squared deviations
+#            from it (two passes over 32 KB);
+#   apply:   each group's mean and variance from its channels' chunks (Chan's formula,
+#            M2 = sum(M2_k + n_k (m_k - m)^2): no cancellation), then per lane
+#            y = (x - mean) * scale / sqrt(var + epsilon) + bias.
+# Instance normalisation is the case of one channel per group.  Padding lanes come out 0.
+
+cdef enum:
+    CHUNK_ROWS = 512
+
 
 cdef struct BlockedNormArgs:
     const float *x
     float *y
-    const float *scale          # padded to blocks * 16
+    const float *scale          # per channel, padded to blocks * 16
     const float *bias
-    Py_ssize_t items
+    double *moments             # (N, blocks, chunks, 2, 16): per lane mean, then M2
+    Py_ssize_t N
     Py_ssize_t blocks
+    Py_ssize_t chunks
     Py_ssize_t S
+    Py_ssize_t C
+    Py_ssize_t per_group        # channels per group (1: instance normalisation)
     float epsilon
 
 
-cdef void _blocked_norm_step(const void *p, int tid, int nthreads) noexcept nogil:
+cdef inline Py_ssize_t _chunk_rows(const BlockedNormArgs *a, Py_ssize_t k) noexcept nogil:
+    return CHUNK_ROWS if (k + 1) * CHUNK_ROWS <= a.S else a.S - k * CHUNK_ROWS
+
+
+cdef void _blocked_moments_step(const void *p, int tid, int nthreads) noexcept nogil:
     cdef const BlockedNormArgs *a = <const BlockedNormArgs *>p
-    cdef Py_ssize_t i0, i1, it, i, S = a.S, cb
+    cdef Py_ssize_t i0, i1, it, i, k, rows
     cdef const float *x
-    cdef float *y
+    cdef double *mom
     cdef float part[LANES]
     cdef double total[LANES]
     cdef float m[LANES]
-    cdef float s[LANES]
-    cdef float b[LANES]
-    cdef float d, one = 1
+    cdef float d
     cdef int l
-    ppl_partition(a.items, tid, nthreads, &i0, &i1)
+    ppl_partition(a.N * a.blocks * a.chunks, tid, nthreads, &i0, &i1)
     for it in range(i0, i1):
-        x = a.x + it * S * LANES
-        y = a.y + it * S * LANES
-        cb = it % a.blocks
+        k = it % a.chunks
+        rows = _chunk_rows(a, k)
+        x = a.x + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
+        mom = a.moments + it * 2 * LANES
         for l in range(LANES):
             part[l] = 0
             total[l] = 0
-        for i in range(S):
+        for i in range(rows):
             for l in range(LANES):
                 part[l] += x[i * LANES + l]
             if i % FLUSH == FLUSH - 1:
@@ -470,10 +487,11 @@ cdef void _blocked_norm_step(const void *p, int tid, int nthreads) noexcept nogi
                     total[l] += part[l]
                     part[l] = 0
         for l in range(LANES):
-            m[l] = <float>((total[l] + part[l]) / S)
+            mom[l] = (total[l] + part[l]) / rows
+            m[l] = <float>mom[l]
             part[l] = 0
             total[l] = 0
-        for i in range(S):
+        for i in range(rows):
             for l in range(LANES):
                 d = x[i * LANES + l] - m[l]
                 part[l] += d * d
@@ -482,40 +500,112 @@ cdef void _blocked_norm_step(const void *p, int tid, int nthreads) noexcept nogi
                     total[l] += part[l]
                     part[l] = 0
         for l in range(LANES):
-            s[l] = a.scale[cb * LANES + l] * (one / sqrtf(<float>((total[l] + part[l]) / S)
-                                                          + a.epsilon))
-            b[l] = a.bias[cb * LANES + l]
-        for i in range(S):
+            mom[LANES + l] = total[l] + part[l]
+
+
+cdef void _group_moments(const BlockedNormArgs *a, Py_ssize_t n, Py_ssize_t g,
+                         double *mean, double *var) noexcept nogil:
+    """Mean and variance of group ``g`` of image ``n`` from its channels' chunk moments."""
+    cdef Py_ssize_t c, k, c0 = g * a.per_group, c1 = c0 + a.per_group
+    cdef const double *mom
+    cdef double total = 0, m2 = 0, d
+    for c in range(c0, c1):
+        mom = a.moments + (n * a.blocks + c // LANES) * a.chunks * 2 * LANES + c % LANES
+        for k in range(a.chunks):
+            total += _chunk_rows(a, k) * mom[k * 2 * LANES]
+    mean[0] = total / (a.S * a.per_group)
+    for c in range(c0, c1):
+        mom = a.moments + (n * a.blocks + c // LANES) * a.chunks * 2 * LANES + c % LANES
+        for k in range(a.chunks):
+            d = mom[k * 2 * LANES] - mean[0]
+            m2 += mom[k * 2 * LANES + LANES] + _chunk_rows(a, k) * d * d
+    var[0] = m2 / (a.S * a.per_group)
+
+
+cdef void _blocked_apply_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const BlockedNormArgs *a = <const BlockedNormArgs *>p
+    cdef Py_ssize_t i0, i1, it, i, k, rows, n, cb, c, g, last
+    cdef const float *x
+    cdef float *y
+    cdef double mean = 0, var = 0
+    cdef float m[LANES]
+    cdef float s[LANES]
+    cdef float b[LANES]
+    cdef float inv = 0, one = 1
+    cdef int l
+    ppl_partition(a.N * a.blocks * a.chunks, tid, nthreads, &i0, &i1)
+    for it in range(i0, i1):
+        k = it % a.chunks
+        rows = _chunk_rows(a, k)
+        n = it // a.chunks // a.blocks
+        cb = it // a.chunks % a.blocks
+        last = -1
+        for l in range(LANES):
+            c = cb * LANES + l
+            if c >= a.C:
+                m[l] = 0
+                s[l] = 0
+                b[l] = 0
+                continue
+            g = c // a.per_group
+            if g != last:
+                _group_moments(a, n, g, &mean, &var)
+                inv = one / sqrtf(<float>var + a.epsilon)
+                last = g
+            m[l] = <float>mean
+            s[l] = a.scale[c] * inv
+            b[l] = a.bias[c]
+        x = a.x + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
+        y = a.y + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
+        for i in range(rows):
             for l in range(LANES):
                 y[i * LANES + l] = (x[i * LANES + l] - m[l]) * s[l] + b[l]
 
 
-def make_blocked_norm_step(size_t x, size_t y, size_t scale, size_t bias, Py_ssize_t N,
-                           Py_ssize_t blocks, Py_ssize_t S, float epsilon, keep=None):
-    """Step of InstanceNormalization on N16CX x, y (N, blocks, S, 16); scale and bias padded
-    with zeros to blocks * 16 values."""
-    cdef Step step
-    cdef BlockedNormArgs *a
-    if x == 0 or y == 0 or scale == 0 or bias == 0:
-        raise ValueError("x, y, scale and bias must be given")
-    if N < 0 or blocks < 1 or S < 1:
-        raise ValueError(f"N {N}, blocks {blocks}, S {S}: expected N >= 0, blocks, S >= 1")
-    step = new_step(_blocked_norm_step, sizeof(BlockedNormArgs),
-                    N * blocks > 1 and N * blocks * S * LANES > GRAIN, keep)
-    a = <BlockedNormArgs *>step.args
+def blocked_norm_scratch(Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t S):
+    """Doubles of scratch the blocked normalisation steps need for these dims."""
+    return N * blocks * ((S + CHUNK_ROWS - 1) // CHUNK_ROWS) * 2 * LANES
+
+
+def make_blocked_norm_steps(size_t x, size_t y, size_t scale, size_t bias, size_t moments,
+                            Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t S, Py_ssize_t C,
+                            Py_ssize_t groups, float epsilon, keep=None):
+    """The two steps of GroupNormalization (InstanceNormalization: ``groups`` = C) on N16CX
+    x, y (N, blocks, S, 16): scale and bias per channel, padded with zeros to blocks * 16;
+    ``moments``: blocked_norm_scratch(N, blocks, S) doubles."""
+    cdef BlockedNormArgs a
+    cdef Step moments_step, apply_step
+    if x == 0 or y == 0 or scale == 0 or bias == 0 or moments == 0:
+        raise ValueError("x, y, scale, bias and moments must be given")
+    if N < 0 or blocks < 1 or S < 1 or not (blocks - 1) * LANES < C <= blocks * LANES:
+        raise ValueError(f"N {N}, blocks {blocks}, S {S}, C {C}: expected N >= 0, S >= 1 "
+                         f"and C channels in the blocks")
+    if groups < 1 or C % groups:
+        raise ValueError(f"groups {groups} must divide C {C}")
     a.x = <const float *>x
     a.y = <float *>y
     a.scale = <const float *>scale
     a.bias = <const float *>bias
-    a.items = N * blocks
+    a.moments = <double *>moments
+    a.N = N
     a.blocks = blocks
+    a.chunks = (S + CHUNK_ROWS - 1) // CHUNK_ROWS
     a.S = S
+    a.C = C
+    a.per_group = C // groups
     a.epsilon = epsilon
-    return step
+    parallel = N * blocks * a.chunks > 1 and N * blocks * S * LANES > GRAIN
+    moments_step = new_step(_blocked_moments_step, sizeof(BlockedNormArgs), parallel, keep)
+    (<BlockedNormArgs *>moments_step.args)[0] = a
+    apply_step = new_step(_blocked_apply_step, sizeof(BlockedNormArgs), parallel, keep)
+    (<BlockedNormArgs *>apply_step.args)[0] = a
+    return [moments_step, apply_step]
 
 
-def blocked_norm_fp32(x, y, scale, bias, float epsilon, int num_threads):
-    """Test wrapper: InstanceNormalization of N16CX arrays x, y (N, C/16, S, 16)."""
+def blocked_norm_fp32(x, y, scale, bias, Py_ssize_t C, Py_ssize_t groups, float epsilon,
+                      int num_threads):
+    """Test wrapper: GroupNormalization (``groups`` = C: InstanceNormalization) of N16CX
+    arrays x, y (N, blocks, S, 16) with C channels; scale, bias per channel, padded."""
     for a in (x, y, scale, bias):
         if a.dtype != np.float32 or not a.flags.c_contiguous:
             raise ValueError("expected C-contiguous float32 arrays")
@@ -525,9 +615,11 @@ def blocked_norm_fp32(x, y, scale, bias, float epsilon, int num_threads):
         raise ValueError(f"scale {scale.shape}, bias {bias.shape}: expected {x.shape[1] * 16}")
     if x.size == 0:
         return
-    run_steps([make_blocked_norm_step(_address(x), _address(y), _address(scale),
-                                      _address(bias), x.shape[0], x.shape[1], x.shape[2],
-                                      epsilon, (x, y, scale, bias))], num_threads)
+    moments = np.empty(blocked_norm_scratch(x.shape[0], x.shape[1], x.shape[2]), np.float64)
+    run_steps(make_blocked_norm_steps(_address(x), _address(y), _address(scale),
+                                      _address(bias), _address(moments), x.shape[0],
+                                      x.shape[1], x.shape[2], C, groups, epsilon,
+                                      (x, y, scale, bias, moments)), num_threads)
 
 
 # ---------------------------------------------------------------------------------------

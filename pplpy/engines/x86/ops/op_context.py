@@ -53,6 +53,12 @@ class X86OptKernel(abc.ABC):
         self.options = options  # EngineOptions: isa, num_threads
         self.constants = {}  # input index -> numpy value, for inputs that are constants
 
+    @property
+    def onnx_opset(self):
+        """The ai.onnx opset whose form of the op the node has: its own opset, or for a
+        saved optimised model's pplpy-domain twin the one it stands for (standard_twins)."""
+        return self.node.opset
+
     # -- helpers for subclasses ----------------------------------------------------------
 
     def constant(self, index):

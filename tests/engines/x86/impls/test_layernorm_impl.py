@@ -87,21 +87,40 @@ def test_instance_and_group_norm(m, N, C, G, S, num_threads):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("N,C,S", [(1, 3, 5), (2, 19, 63), (2, 40, 3136)])
+@pytest.mark.parametrize("N,C,S,groups", [(1, 3, 5, 3), (2, 19, 63, 19), (2, 40, 3136, 40),
+                                          (2, 40, 3136, 1), (1, 48, 1030, 3), (3, 12, 7, 4),
+                                          (1, 64, 49, 32), (2, 96, 520, 6)])
 @pytest.mark.parametrize("num_threads", [1, 2])
-def test_instance_norm_n16cx(m, N, C, S, num_threads):
+def test_group_and_instance_norm_n16cx(m, N, C, S, groups, num_threads):
+    """Groups of whole blocks, of parts of one, across blocks; planes of one chunk (512
+    pixels) and of several with a short last one; groups == C is InstanceNormalization."""
     x = _randn(N, C, S, offset=-2.0)
     scale, bias = _randn(C), _randn(C)
     pad = -(-C // 16) * 16 - C
     xb = to_n16cx(x)
     yb = np.full_like(xb, np.nan)
-    m.blocked_norm_fp32(xb, yb, np.pad(scale, (0, pad)), np.pad(bias, (0, pad)), 1e-5,
-                        num_threads)
-    mean = x.mean(axis=2, keepdims=True, dtype=np.float64)
-    var = x.var(axis=2, keepdims=True, dtype=np.float64)
-    want = (x - mean) / np.sqrt(var + 1e-5) * scale[:, None] + bias[:, None]
+    m.blocked_norm_fp32(xb, yb, np.pad(scale, (0, pad)), np.pad(bias, (0, pad)), C, groups,
+                        1e-5, num_threads)
+    xg = x.reshape(N, groups, -1)
+    mean = xg.mean(axis=2, keepdims=True, dtype=np.float64)
+    var = xg.var(axis=2, keepdims=True, dtype=np.float64)
+    want = ((xg - mean) / np.sqrt(var + 1e-5)).reshape(N, C, S) * scale[:, None] \
+        + bias[:, None]
     np.testing.assert_allclose(yb, to_n16cx(want.astype(np.float32)), rtol=1e-4, atol=1e-4)
     assert np.isfinite(yb).all()  # padding lanes too
+
+
+def test_group_norm_n16cx_keeps_precision_far_from_zero(m):
+    """A large mean and a small spread: the statistics come from deviations, not from
+    E[x^2] - E[x]^2, and the output from x - mean.  The mean rounded to float32 (half an ulp
+    of 1000 is 0.3% of the spread) bounds the error."""
+    x = (1000.0 + 0.01 * _randn(1, 32, 2000)).astype(np.float32)
+    ones, zeros = np.ones(32, np.float32), np.zeros(32, np.float32)
+    yb = np.empty_like(to_n16cx(x))
+    m.blocked_norm_fp32(to_n16cx(x), yb, ones, zeros, 32, 2, 1e-12, 2)
+    xg = x.reshape(1, 2, -1).astype(np.float64)
+    want = ((xg - xg.mean(-1, keepdims=True)) / xg.std(-1, keepdims=True)).reshape(1, 32, -1)
+    np.testing.assert_allclose(yb, to_n16cx(want.astype(np.float32)), rtol=0, atol=5e-3)
 
 
 @pytest.mark.parametrize("shape,axes", [((2, 3, 4, 5), (0, 2, 3)), ((2, 3, 4, 5), (1,)),

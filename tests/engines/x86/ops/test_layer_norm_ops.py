@@ -190,6 +190,34 @@ def test_group_normalization(shape, groups, opset, fed, isa, tmp_path):
     check(model, feeds, isa, tmp_path, want)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("opset", [18, 21])
+@pytest.mark.parametrize("channels,groups,spatial", [(32, 1, (30, 40)), (32, 4, (5, 6)),
+                                                     (32, 32, (3, 3)), (19, 1, (9, 7)),
+                                                     (48, 6, (23, 25))], ids=str)
+def test_group_normalization_n16cx(channels, groups, spatial, opset, isa, tmp_path):
+    """After a Conv (which produces N16CX) the op runs blocked, with no reorder."""
+    x = randn(2, channels, *spatial, offset=3.0)
+    eye = np.eye(channels, dtype=np.float32).reshape(channels, channels, 1, 1)
+    k = groups if opset < 21 else channels
+    consts = {"eye": eye, "s": randn(k), "b": randn(k)}
+    nodes = [helper.make_node("Conv", ["x", "eye"], ["t"]),
+             helper.make_node("GroupNormalization", ["t", "s", "b"], ["y"], epsilon=1e-4,
+                              num_groups=groups)]
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "g", [vi("x", FLOAT, x.shape)], [vi("y", FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    want = group_norm_oracle(x, consts["s"], consts["b"], groups, 1e-4)
+    for num_threads in (1, 2):
+        rt = pplpy.load(path, max_isa=isa, num_threads=num_threads)
+        (node,) = [n for n in rt.graph.nodes if n.op_type == "GroupNormalization"]
+        assert rt.formats[node.outputs[0]] is DataFormat.N16CX
+        np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
 def test_group_normalization_groups_must_divide_channels(tmp_path):
     x = randn(1, 6, 4)
     node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=4)

@@ -5,8 +5,10 @@ per-group) scale and bias.
     InstanceNormalization  y = (x - mean[n, c]) / sqrt(var[n, c] + epsilon) * scale[c] + B[c]
     GroupNormalization     y = (x - mean[n, g]) / sqrt(var[n, g] + epsilon) * scale + bias
 
-InstanceNormalization also runs on N16CX (16 channels' statistics at once) when its scale
-and bias are constants, so a CNN stays blocked; GroupNormalization runs on NDARRAY.
+Both also run on N16CX (16 channels' statistics at once) when scale and bias are constants,
+so a CNN stays blocked: GroupNormalization is how PyTorch's GroupNorm reaches the engine once
+recognize_group_norm has put its exported Reshape / InstanceNormalization / Reshape back
+together (PoolFormer, diffusion U-Nets).
 """
 
 import math
@@ -34,7 +36,8 @@ def parse_group_norm_18(node_proto, opset):
 
 
 class ChannelNormKernel(X86Kernel):
-    """Rows of the impl's row normalisation (NDARRAY) or its N16CX step (instance only)."""
+    """Rows of the impl's row normalisation (NDARRAY), or its two N16CX steps (moments per
+    chunk of a channel block, then each group's statistics and the affine map)."""
 
     def __init__(self, op_ctx, groups_of):
         super().__init__(op_ctx)
@@ -58,21 +61,24 @@ class ChannelNormKernel(X86Kernel):
         x_shape = io.inputs[0].shape
         dims = x_shape.dims
         N, C, S = dims[0], dims[1], math.prod(dims[2:])
+        G = self.groups_of(C)
         impl = self.impl("layernorm_fp32")
         keep = [io.inputs[0].array, io.outputs[0].array]
         eps = float(self.param.epsilon)
         if x_shape.data_format is DataFormat.N16CX:
             blocks = x_shape.physical_dims[1]
             if (1, 2) != tuple(sorted(self.weights)):
-                raise self.op.unsupported("N16CX needs constant scale and B")
+                raise self.op.unsupported("N16CX needs constant scale and bias")
+            # per channel (GroupNormalization-18's per-group values repeated), padded
             scale, bias = self._padded.get(blocks, lambda: tuple(
-                np.pad(self.weights[i], (0, blocks * 16 - C)) for i in (1, 2)))
-            keep += [scale, bias]
-            return impl.make_blocked_norm_step(
+                np.pad(np.repeat(w, C // w.size), (0, blocks * 16 - C))
+                for w in (self.weights[1], self.weights[2])))
+            moments = np.empty(impl.blocked_norm_scratch(N, blocks, S), np.float64)
+            keep += [scale, bias, moments]
+            return impl.make_blocked_norm_steps(
                 io.inputs[0].address, io.outputs[0].address,
                 scale.__array_interface__["data"][0], bias.__array_interface__["data"][0],
-                N, blocks, S, eps, keep)
-        G = self.groups_of(C)
+                moments.__array_interface__["data"][0], N, blocks, S, C, G, eps, keep)
         per_channel = io.inputs[1].shape.element_count == C if 1 not in self.weights \
             else self.weights[1].size == C
         n = C // G * S
@@ -84,6 +90,18 @@ class ChannelNormKernel(X86Kernel):
 
 
 class _ChannelNormOp(X86OptKernel):
+    """Both ops run on N16CX (16 channels' statistics at once) when x comes blocked and scale
+    and bias are constants, so a CNN's blocks stay blocked; NDARRAY otherwise."""
+
+    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
+
+    def select_format(self, in_formats, in_shapes):
+        fmt = in_formats[0]
+        if fmt is not DataFormat.N16CX or in_shapes[0] is None or len(in_shapes[0]) < 3 \
+                or self.constant(1) is None or self.constant(2) is None:
+            fmt = DataFormat.NDARRAY
+        return [fmt, DataFormat.NDARRAY, DataFormat.NDARRAY], [fmt]
+
     def infer_type(self, in_types):
         for index, data_type in enumerate(in_types):
             if data_type is not None and data_type is not DataType.FLOAT32:
@@ -113,16 +131,7 @@ class _ChannelNormOp(X86OptKernel):
 @op("", "InstanceNormalization", since=6, param=InstanceNormalizationParam)
 class InstanceNormalizationOp(_ChannelNormOp):
     """y = (x - mean) / sqrt(var + epsilon) * scale[c] + B[c], statistics per (n, c) over
-    the spatial dims; NDARRAY, or N16CX with constant scale and B."""
-
-    formats = (DataFormat.NDARRAY, DataFormat.N16CX)
-
-    def select_format(self, in_formats, in_shapes):
-        fmt = in_formats[0]
-        if fmt is not DataFormat.N16CX or in_shapes[0] is None or len(in_shapes[0]) < 3 \
-                or self.constant(1) is None or self.constant(2) is None:
-            fmt = DataFormat.NDARRAY
-        return [fmt, DataFormat.NDARRAY, DataFormat.NDARRAY], [fmt]
+    the spatial dims."""
 
     def create_kernel(self):
         return ChannelNormKernel(self, lambda channels: channels)
@@ -140,7 +149,7 @@ class GroupNormalizationOp(_ChannelNormOp):
         if groups < 1 or channels % groups:
             raise self.shape_error(f"num_groups={groups} must divide the {channels} channels",
                                    in_shapes)
-        return groups if self.node.opset < 21 else channels
+        return groups if self.onnx_opset < 21 else channels
 
     def create_kernel(self):
         return ChannelNormKernel(self, lambda channels: self.param.num_groups)

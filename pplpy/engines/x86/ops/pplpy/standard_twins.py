@@ -7,8 +7,8 @@ Two cases need one:
   into its epilogue (``op.post_ops``): written as ``pplpy::Conv`` etc. with the op's own
   attributes plus the post-op attributes of ops/post_op_attributes.py;
 - a node the graph optimiser wrote at an opset newer than the model imports (Gelu is opset
-  20, LayerNormalization 17, Attention 23, RMSNormalization 23, HardSwish 14, Swish 24
-  whatever the model says): written as ``pplpy::Gelu`` etc., so the model keeps its own
+  20, LayerNormalization 17, GroupNormalization 21, Attention 23, RMSNormalization 23,
+  HardSwish 14, Swish 24 whatever the model says): written as ``pplpy::Gelu`` etc., so the model keeps its own
   ai.onnx opset.
 
 ``pplpy::<Op>`` version 1 means the ONNX op at the opset of ``TWINS`` (its attributes are
@@ -33,6 +33,7 @@ from pplpy.engines.x86.passes.fuse_post_ops import RUN_PRODUCERS
 from pplpy.models.onnx.registry import attribute_values, find_parser
 from pplpy.optimizer.passes.recognize_attention import ATTENTION_OPSET
 from pplpy.optimizer.passes.recognize_gelu import GELU_OPSET, HARD_SWISH_OPSET, SWISH_OPSET
+from pplpy.optimizer.passes.recognize_group_norm import GROUP_NORM_OPSET
 from pplpy.optimizer.passes.recognize_layer_norm import LAYER_NORM_OPSET, RMS_NORM_OPSET
 from pplpy.params.x86 import FusedParam
 
@@ -60,6 +61,7 @@ TWINS = {
     "HardSwish": Twin(HARD_SWISH_OPSET, False),
     "Swish": Twin(SWISH_OPSET, False),
     "LayerNormalization": Twin(LAYER_NORM_OPSET, False),
+    "GroupNormalization": Twin(GROUP_NORM_OPSET, False),
     "RMSNormalization": Twin(RMS_NORM_OPSET, False),
     "Attention": Twin(ATTENTION_OPSET, False),
     # Reductions and Resize with post-ops (passes/fuse_post_ops.py RUN_PRODUCERS).
@@ -94,10 +96,18 @@ class ParamFromFusedParam:
 
     def __init__(self, node, options):
         super().__init__(node, options)
+        twin = TWINS.get(node.op_type) if node.domain == TWIN_DOMAIN else None
+        self._standard = twin.opset if twin is not None else node.opset
         if isinstance(node.param, FusedParam):
             self.param = node.param.op
             if node.param.post_ops:
                 self.post_ops = list(node.param.post_ops)
+            if node.param.opset is not None:
+                self._standard = node.param.opset
+
+    @property
+    def onnx_opset(self):
+        return self._standard
 
     def select_format(self, in_formats, in_shapes):
         """The standard op's choice for its own inputs; a post-op operand read per element
