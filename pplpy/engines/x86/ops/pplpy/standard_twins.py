@@ -8,8 +8,8 @@ Two cases need one:
   attributes plus the post-op attributes of ops/post_op_attributes.py;
 - a node the graph optimiser wrote at an opset newer than the model imports (Gelu is opset
   20, LayerNormalization 17, GroupNormalization 21, Attention 23, RMSNormalization 23,
-  HardSwish 14, Swish 24 whatever the model says): written as ``pplpy::Gelu`` etc., so the model keeps its own
-  ai.onnx opset.
+  HardSwish 14, Swish 24 whatever the model says): written as ``pplpy::Gelu`` etc., so the
+  model keeps its own ai.onnx opset.
 
 ``pplpy::<Op>`` version 1 means the ONNX op at the opset of ``TWINS`` (its attributes are
 parsed by that op's parser); its op context is the standard op's class, which it reuses,
