@@ -11,7 +11,9 @@ lanes are the output's).  The plan decides this per input-shape signature.
 Every input must be written by a step of this plan (not a feed, a constant or a host value),
 be no graph output, appear once in the Concat and in no other in-place Concat, and have the
 output's format; otherwise the Concat copies as usual.  The output's buffer then lives from
-the first input's step to the last read of the output or of any input.
+the first input's step to the last read of the output or of any input.  (A Reshape placed in
+place, inplace_reshape.py, may then put its own input inside a part, a feed or a graph output
+among them: feeds are copied in before the first step and outputs out after the last.)
 """
 
 import math
