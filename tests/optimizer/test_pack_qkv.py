@@ -110,7 +110,7 @@ def check(model, isa="avx512", threads=1):
     """The runtime, after checking its output against the reference on the model."""
     feeds = feeds_for(model)
     rt = pplpy.load(model.SerializeToString(), num_threads=threads, max_isa=isa)
-    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    (want,) = ReferenceEvaluator(model).run(["y"], feeds)
     np.testing.assert_allclose(rt.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
     return rt
 
@@ -198,6 +198,67 @@ def test_near_misses_keep_attention():
     assert "PackedAttention" not in ops(unfused) and ops(unfused)["Split"] == 1
 
 
+def interleaved_model(head_widths=(8, 8, 16), heads=4, mask=None, back="transpose",
+                      split_axis=3, extra_outputs=(), **attn):
+    """LeViT's attention: x -> MatMul + b -> Reshape (B, S, H, dq + dk + dv) -> Split along
+    the last axis -> Transpose(0, 2, 1, 3) each -> Attention (4-D form) -> Transpose back
+    -> Reshape (B, S, H * dv).  ``mask``: None, "bias" (a constant (H, S, S) added to the
+    scores, LeViT's attention biases) or "bool" (an input (B, 1, S, S))."""
+    width = sum(head_widths)
+    w = (RNG.standard_normal((HIDDEN, heads * width)) / np.sqrt(HIDDEN)).astype(np.float32)
+    inits = [_const("w", w), _const("b", (0.1 * RNG.standard_normal(heads * width)).astype(
+        np.float32)), _const("heads_shape", np.array([B, S, heads, width], np.int64)),
+        _const("sizes", np.array(head_widths, np.int64)),
+        _const("out_shape", np.array([B, S, heads * head_widths[2]], np.int64))]
+    names = ["q", "k", "v"]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["qkv"]),
+             helper.make_node("Reshape", ["qkv", "heads_shape"], ["heads"])]
+    if split_axis == 3:
+        nodes.append(helper.make_node("Split", ["heads", "sizes"], [f"{n}_part" for n in names],
+                                      axis=3))
+        nodes += [helper.make_node("Transpose", [f"{n}_part"], [n], perm=[0, 2, 1, 3])
+                  for n in names]
+    else:  # heads transposed first, then split: not the interleaved spelling
+        nodes += [helper.make_node("Transpose", ["heads"], ["heads_t"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Split", ["heads_t", "sizes"], names, axis=3)]
+    inputs = [("x", F, [B, S, HIDDEN])]
+    if mask == "bias":
+        inits.append(_const("mask", RNG.standard_normal((heads, S, S)).astype(np.float32)))
+    elif mask == "bool":
+        inputs.append(mask_input("bool"))
+    nodes.append(helper.make_node("Attention", names + (["mask"] if mask else []), ["att"],
+                                  **attn))
+    perm = [0, 2, 1, 3] if back == "transpose" else [0, 2, 3, 1]
+    nodes += [helper.make_node("Transpose", ["att"], ["att_t"], perm=perm),
+              helper.make_node("Reshape", ["att_t", "out_shape"], ["y"])]
+    if back != "transpose":
+        inits[-1] = _const("out_shape", np.array([B, S, -1], np.int64))
+    return _model(nodes, inits, inputs, extra_outputs=extra_outputs)
+
+
+@pytest.mark.parametrize("mask, attn", [(None, {}), ("bias", {"scale": 0.25}), ("bool", {}),
+                                        (None, {"is_causal": 1})])
+@pytest.mark.parametrize("head_widths", [(8, 8, 16), (16, 16, 16)])
+def test_heads_interleaved_form(isa, mask, attn, head_widths):
+    rt = check(interleaved_model(head_widths, mask=mask, **attn), isa)
+    assert pack_log(rt) == {"Split+Transposes+Attention+Transpose->PackedAttention": 1}
+    types = ops(rt)
+    assert types["PackedAttention"] == 1
+    assert not {"Split", "Transpose", "Attention"} & set(types), types
+    (node,) = [n for n in rt.graph.nodes if n.op_type == "PackedAttention"]
+    assert node.param.heads_interleaved == 1
+    assert node.param.qkv_hidden_sizes == tuple(4 * w for w in head_widths)
+
+
+def test_heads_interleaved_near_misses_keep_attention():
+    for model in (interleaved_model(back="other"),        # the output goes elsewhere
+                  interleaved_model(split_axis=1),        # heads transposed before the Split
+                  interleaved_model(extra_outputs=("att",))):  # Attention's output read too
+        rt = check(model)
+        assert ops(rt)["Attention"] == 1 and "PackedAttention" not in ops(rt)
+
+
 def _hand_written(sizes, width):
     """A model with a pplpy::PackedAttention written by hand over a (B, S, width) input."""
     node = helper.make_node("PackedAttention", ["qkv"], ["y"], domain="pplpy",
@@ -221,3 +282,16 @@ def test_hand_written_node_runs_and_checks_its_widths():
         pplpy.load(_hand_written((32, 32, 16), 96).SerializeToString())
     with pytest.raises(PplError, match="three positive widths"):
         pplpy.load(_hand_written((48, 48), 96).SerializeToString())
+
+
+def test_heads_interleaved_saved_and_reloaded(tmp_path):
+    model = interleaved_model(mask="bias")
+    src, out = tmp_path / "m.onnx", tmp_path / "m.opt.onnx"
+    src.write_bytes(model.SerializeToString())
+    pplpy.save_optimized_model(str(src), str(out))
+    feeds = feeds_for(model)
+    reloaded = pplpy.load(str(out), num_threads=1)
+    (node,) = [n for n in reloaded.graph.nodes if n.op_type == "PackedAttention"]
+    assert node.param.heads_interleaved == 1
+    np.testing.assert_array_equal(reloaded.run(feeds)["y"],
+                                  pplpy.load(str(src), num_threads=1).run(feeds)["y"])

@@ -25,8 +25,18 @@ import dataclasses
 
 import numpy as np
 
-from pplpy.optimizer.passes.pattern_rule import PatternRule, dims_of, is_float32
+from pplpy.optimizer.passes.pattern_rule import (
+    PatternRule,
+    dims_of,
+    is_float32,
+    only_reader,
+    producer,
+)
+from pplpy.params.onnx import ReshapeParam
 from pplpy.params.x86 import PackedAttentionParam
+
+RESHAPE_OPSET = 14
+HEAD_SWAP = (0, 2, 1, 3)  # (B, S, H, d) <-> (B, H, S, d)
 
 
 def _split_sizes(graph, split, width):
@@ -57,6 +67,8 @@ class PackQKV(PatternRule):
                 or p.qk_matmul_output_mode != 0):
             return False
         dims = [dims_of(graph, name) for name in (q, k, v)]
+        if any(d is not None and len(d) == 4 for d in dims):  # (the 4-D form)
+            return self._heads_interleaved(graph, attn, q, k, v, mask)
         if any(d is None or len(d) != 3 or not is_float32(graph, name)
                for d, name in zip(dims, (q, k, v))):
             return False
@@ -97,6 +109,54 @@ class PackQKV(PatternRule):
                              domain="pplpy")
         return self.replace(graph, [*producers, attn], attn.outputs[0], [packed, node],
                             "3 MatMulBias+Attention->MatMulBias+PackedAttention")
+
+    def _heads_interleaved(self, graph, attn, q, k, v, mask):
+        """Attention (4-D form) whose Q, K, V are Transpose(0, 2, 1, 3) of the three parts
+        of one Split along the last axis of X (B, S, H, dq + dk + dv), its output read by one
+        Transpose(0, 2, 1, 3) back (LeViT): PackedAttention on X viewed (B, S, H * width)
+        with heads_interleaved, its output viewed (B, S, H, dv) (both views are Reshapes,
+        which the plan runs in place)."""
+        if any(only_reader(graph, name, "Attention") is not attn for name in (q, k, v)):
+            return False
+        transposes = [producer(graph, name, "Transpose") for name in (q, k, v)]
+        if any(t is None or tuple(t.param.perm or ()) != HEAD_SWAP for t in transposes):
+            return False
+        parts = [t.inputs[0] for t in transposes]
+        split = producer(graph, parts[0], "Split")
+        if (split is None or list(split.outputs) != parts or split.param.axis not in (3, -1)
+                or any(only_reader(graph, name, "Transpose") is not t
+                       for name, t in zip(parts, transposes))):
+            return False
+        x = split.inputs[0]
+        x_dims, part_dims = dims_of(graph, x), [dims_of(graph, name) for name in parts]
+        if (x_dims is None or len(x_dims) != 4 or not is_float32(graph, x)
+                or any(d is None or len(d) != 4 for d in part_dims)):
+            return False
+        heads, widths = x_dims[2], [d[3] for d in part_dims]
+        if not all(isinstance(w, int) for w in [heads, *widths]) or x_dims[3] != sum(widths):
+            return False
+        back = only_reader(graph, attn.outputs[0], "Transpose")
+        if back is None or tuple(back.param.perm or ()) != HEAD_SWAP:
+            return False
+        p = attn.param
+        if (p.q_num_heads not in (None, heads) or p.kv_num_heads not in (None, heads)):
+            return False
+        fields = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+        fields.update(q_num_heads=heads, kv_num_heads=heads)
+        param = PackedAttentionParam(**fields, heads_interleaved=1,
+                                     qkv_hidden_sizes=tuple(heads * w for w in widths))
+        packed = self.new_node(graph, "Reshape", RESHAPE_OPSET, [x, self.new_constant(
+            graph, "shape", np.array([0, 0, heads * sum(widths)], np.int64))], None,
+            ReshapeParam())
+        node = self.new_node(graph, "PackedAttention", 1,
+                             [packed.outputs[0]] + ([mask] if mask else []), None, param,
+                             domain="pplpy")
+        unpacked = self.new_node(graph, "Reshape", RESHAPE_OPSET, [node.outputs[0], (
+            self.new_constant(graph, "shape", np.array([0, 0, heads, widths[2]], np.int64)))],
+            [back.outputs[0]], ReshapeParam())
+        return self.replace(graph, [split, *transposes, attn, back], back.outputs[0],
+                            [packed, node, unpacked],
+                            "Split+Transposes+Attention+Transpose->PackedAttention")
 
     @staticmethod
     def _projections(graph, producers):

@@ -93,6 +93,10 @@ class AddLayerNormalizationParam:
 class PackedAttentionParam(AttentionParam):
     """Attention (opset 23's attributes) over Q, K and V packed side by side in one 3-D
     tensor (B, S, Q width + K width + V width), as one projection GEMM writes them
-    (pack_qkv): ``qkv_hidden_sizes`` are the three widths, in that order."""
+    (pack_qkv): ``qkv_hidden_sizes`` are the three widths, in that order.  With
+    ``heads_interleaved`` 1 the row holds head after head, each head's q, k and v side by
+    side (LeViT's view (B, S, H, dq + dk + dv) split along its last axis); with 0, all of
+    Q, then K, then V."""
 
     qkv_hidden_sizes: tuple = ()
+    heads_interleaved: int = 0

@@ -4,11 +4,14 @@ tensor, as one projection GEMM writes them.
     QKV (B, S, Wq + Wk + Wv), [attn_mask]  ->  Y (B, S, q_num_heads * head_size of V)
 
 with ``qkv_hidden_sizes`` = (Wq, Wk, Wv) and Q = QKV[..., :Wq], K = QKV[..., Wq:Wq + Wk],
-V = QKV[..., Wq + Wk:] in Attention's 3-D form (``q_num_heads`` / ``kv_num_heads`` heads).
+V = QKV[..., Wq + Wk:] in Attention's 3-D form (``q_num_heads`` / ``kv_num_heads`` heads);
+with ``heads_interleaved``, QKV viewed as (B, S, H, (Wq + Wk + Wv) / H) holds each head's q,
+k and v side by side instead (LeViT).
 The optimiser's ``pack_qkv`` writes it for self-attention: where the model projects Q, K and
 V with one MatMul and splits the result (GPT-2), the Split's three copies go; where it has
 three projections of the same input (BERT, ViT), they become one GEMM with three times the
-columns, and then the same.  The kernel is Attention's: it reads each head of Q, K and V
+columns, and then the same; where it splits a per-head view of one projection and transposes
+the parts to (B, H, S, d) (LeViT), the Split and the Transposes go.  The kernel is Attention's: it reads each head of Q, K and V
 through strides, here the packed row's width, so nothing is copied apart.
 """
 
@@ -30,9 +33,14 @@ class PackedAttentionKernel(AttentionKernel):
         for size, heads in zip(p.qkv_hidden_sizes, (p.q_num_heads, p.kv_num_heads,
                                                      p.kv_num_heads)):
             head = size // heads
-            views.append(HeadView(qkv.address + 4 * offset, (b, heads, s, head),
-                                  (s * width, head, width)))
-            offset += size
+            if p.heads_interleaved:  # head h's part starts h * (width / heads) in
+                views.append(HeadView(qkv.address + 4 * offset, (b, heads, s, head),
+                                      (s * width, width // heads, width)))
+                offset += head
+            else:
+                views.append(HeadView(qkv.address + 4 * offset, (b, heads, s, head),
+                                      (s * width, head, width)))
+                offset += size
         return self.attention_steps(io, views, mask, None, None, None)
 
 
@@ -53,6 +61,11 @@ class PackedAttentionOp(AttentionOp):
         if len(qkv) != 3 or qkv[2] != sum(sizes):
             raise self.shape_error(f"QKV must be 3-D (batch, sequence, {sum(sizes)}): the "
                                    f"widths {list(sizes)} side by side", in_shapes)
+        if p.heads_interleaved and (p.q_num_heads != p.kv_num_heads
+                                    or any(size % p.q_num_heads for size in sizes)):
+            raise self.shape_error(f"heads_interleaved needs as many K / V heads as query "
+                                   f"heads ({p.kv_num_heads} and {p.q_num_heads}) and widths "
+                                   f"{list(sizes)} that split into them", in_shapes)
         return [(qkv[0], qkv[1], size) for size in sizes]
 
     def infer_type(self, in_types):
