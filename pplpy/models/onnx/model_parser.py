@@ -29,6 +29,7 @@ from pplpy.errors import ModelError, UnsupportedOpError
 from pplpy.ir import Graph, Node, ValueInfo
 from pplpy.models.onnx import weight_ranges
 from pplpy.models.onnx.registry import find_parser, normalize_domain
+from pplpy.models.onnx.uncomputed_constants import fold_uncomputed_constants
 
 
 # The largest tensor a model may declare (an input's or initializer's static dims times its
@@ -516,7 +517,8 @@ def parse_model(model, cast_to_float32=False, override_initializers=False, model
     one UnsupportedOpError.  Initializers the model also lists as inputs are constants, or
     with ``override_initializers`` inputs whose default is the initializer.  With
     ``cast_to_float32`` float64 / float16 inputs and initializers become float32; otherwise
-    a node that would compute in those types is refused by the engine's type check (data
+    constant subgraphs in those types are folded now (uncomputed_constants.py) and a node
+    that would compute in them at run time is refused by the engine's type check (data
     movement on them is fine).  Initializers in external data files are read from
     ``model_folder`` (``load_model_proto`` checked their locations); without one they are a
     ModelError.  ``inline_weights``: the ``InlineWeights`` of initializers whose raw_data
@@ -593,7 +595,9 @@ def parse_model(model, cast_to_float32=False, override_initializers=False, model
             graph.value_info[vi.name] = _value_info(vi)
 
     unparsed = []
-    _parse_nodes(graph, onnx_graph, names, opsets, unparsed, frozenset())
+    folded = () if cast_to_float32 else fold_uncomputed_constants(onnx_graph, graph.constants,
+                                                                  opsets)
+    _parse_nodes(graph, onnx_graph, names, opsets, unparsed, frozenset(), skip=folded)
     try:
         graph.topological_sort()
     except ValueError as exc:
@@ -626,11 +630,14 @@ def _visible_names(onnx_graph):
     return names
 
 
-def _parse_nodes(graph, onnx_graph, names, opsets, unparsed, outer):
+def _parse_nodes(graph, onnx_graph, names, opsets, unparsed, outer, skip=()):
     """Add a Node per NodeProto to ``graph``; nodes no parser covers go to ``unparsed``.
-    ``outer``: the names the enclosing graphs define (subgraphs may read them)."""
+    ``outer``: the names the enclosing graphs define (subgraphs may read them); ``skip``:
+    indices of nodes already folded into constants."""
     visible = None  # names a subgraph of these nodes may read, computed once if needed
-    for node_proto, name in zip(onnx_graph.node, names):
+    for index, (node_proto, name) in enumerate(zip(onnx_graph.node, names)):
+        if index in skip:
+            continue
         domain = normalize_domain(node_proto.domain)
         opset = opsets.get(domain)
         node = Node(name, node_proto.op_type, domain, opset if opset is not None else 0,
