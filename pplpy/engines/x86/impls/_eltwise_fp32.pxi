@@ -1,7 +1,7 @@
 # Element-wise kernels as steps of the compiled run plan: activations on flat float32
 # buffers, and broadcasting binary arithmetic (Add, Mul, Sub, Div) for float32 and every
-# integer type (8 to 64 bits, signed and unsigned), including Sum's chain of Adds and the
-# per-channel op on N16CX.
+# integer type (8 to 64 bits, signed and unsigned), including Sum's chain of Adds, and on
+# N16CX the per-channel op and the op with a plane broadcast over the channels.
 #
 # Written once and included by _eltwise_fp32_{avx512,fma,sse}.pyx, which define PPL_VLEN, so
 # each tier gets its own vector code.  Activations are the vector functions of
@@ -14,7 +14,7 @@
 #     make_int_unary_step(dtype, x, y, n, code)                     Abs/Neg/Sign of ints
 #     make_binary_step(op, dtype, a, a_len, b, b_len, y, shape, a_strides, b_strides)
 #     make_channel_binary_n16cx_step(op, x, vec, ...)               y = x op vec[c], N16CX
-#     make_eltwise_step(dtype, y, size, [binary_pass(...) | channel_pass(...)], keep)
+#     make_eltwise_step(dtype, y, size, [binary_pass | channel_pass | plane_pass], keep)
 #
 # The last is the general form (Sum is a chain of passes): passes run in order over one
 # output, each thread over the same share of it, so a later pass may read the output an
@@ -81,6 +81,7 @@ cdef enum:
 
     PASS_BROADCAST = 0
     PASS_CHANNEL = 1
+    PASS_PLANE = 2
 
 # The op codes of binary() and the pass builders, for Python callers.
 ADD = OP_ADD
@@ -510,17 +511,17 @@ cdef Py_ssize_t _collapse(const int64_t[::1] shape, const int64_t[::1] sa,
 # Passes: one element-wise sweep over the output, as a plain struct a step holds an array of.
 
 cdef struct _Pass:
-    int kind                # PASS_BROADCAST or PASS_CHANNEL
+    int kind                # PASS_BROADCAST, PASS_CHANNEL or PASS_PLANE
     int op
-    const void *a           # broadcast: a; channel: x (N16CX, the output's shape)
-    const void *b           # broadcast: b; channel: vec (float32)
+    const void *a           # broadcast: a; channel, plane: x (N16CX, the output's shape)
+    const void *b           # broadcast: b; channel: vec; plane: plane (float32)
     _Layout L               # broadcast: the output as collapsed dims, strides of a and b
     Py_ssize_t vec_len      # channel: vec[n * vec_batch_stride + c * vec_stride] for c <
-    Py_ssize_t vec_stride   # vec_len, 0 past it
+    Py_ssize_t vec_stride   # vec_len, 0 past it; plane: plane[n * vec_batch_stride + s]
     Py_ssize_t vec_batch_stride
-    Py_ssize_t blocks       # channel: output (N, blocks, npix, 16)
+    Py_ssize_t blocks       # channel, plane: output (N, blocks, npix, 16)
     Py_ssize_t npix
-    Py_ssize_t channels     # channel: lanes c >= channels are written 0; -1: computed
+    Py_ssize_t channels     # channel, plane: lanes c >= channels are written 0; -1: computed
 
 
 cdef struct _EltwiseArgs:
@@ -598,6 +599,30 @@ cdef void _channel_range(const _Pass* p, float* y, Py_ssize_t begin,
         r += 1
 
 
+cdef void _plane_range(const _Pass* p, float* y, Py_ssize_t begin,
+                       Py_ssize_t end) noexcept nogil:
+    """Output elements [begin, end), whole pixels of 16 lanes: each pixel's lanes meet the
+    plane's one value there."""
+    cdef const float* x = <const float*>p.a
+    cdef const float* plane = <const float*>p.b
+    cdef Py_ssize_t pix = begin // 16, pix_end = end // 16, r, s, cnt, cb, off
+    if pix >= pix_end:
+        return
+    r = pix // p.npix    # r = n * blocks + cb
+    s = pix - r * p.npix
+    while pix < pix_end:
+        cnt = min(p.npix - s, pix_end - pix)
+        cb = r % p.blocks
+        off = pix * 16
+        _plane_binary_pixels(p.op, x + off, plane + (r // p.blocks) * p.vec_batch_stride + s,
+                             y + off, cnt)
+        if 0 <= p.channels < (cb + 1) * 16:
+            _zero_padding_lanes(y + off, cnt, <int>(p.channels - cb * 16))
+        pix += cnt
+        s = 0
+        r += 1
+
+
 cdef void _eltwise_step(const void *a, int tid, int nthreads) noexcept nogil:
     cdef const _EltwiseArgs *args = <const _EltwiseArgs *>a
     cdef const _Pass *p
@@ -609,6 +634,8 @@ cdef void _eltwise_step(const void *a, int tid, int nthreads) noexcept nogil:
         p = &args.passes[k]
         if p.kind == PASS_CHANNEL:
             _channel_range(p, <float*>args.y, b, e)
+        elif p.kind == PASS_PLANE:
+            _plane_range(p, <float*>args.y, b, e)
         elif args.dtype == DT_FLOAT32:
             _broadcast_range(p.op, <const float*>p.a, <const float*>p.b, <float*>args.y,
                              &p.L, b, e)
@@ -719,10 +746,41 @@ def channel_pass(int op, size_t x, size_t vec, Py_ssize_t vec_len, Py_ssize_t ve
     return _pass_bytes(&p), N * blocks * npix * 16
 
 
+def plane_pass(int op, size_t x, size_t plane, Py_ssize_t N, Py_ssize_t blocks,
+               Py_ssize_t npix, bint plane_first=False, Py_ssize_t channels=-1,
+               Py_ssize_t plane_batch_stride=0):
+    """One pass y[n, c, s] = x[n, c, s] op plane[n, s] (plane op x if plane_first) on N16CX
+    float32 x and y (N, blocks, npix, 16): an operand (N or 1, 1, spatial...) in NDARRAY
+    that broadcasts over the channels (a spatial gate: FocalNet's, CBAM's), read at
+    n * plane_batch_stride + s.  With channels >= 0, lanes c >= channels of y are written 0.
+    Returns (pass, output size)."""
+    cdef _Pass p
+    _check_op(op)
+    if N < 0 or blocks < 0 or npix < 0 or plane_batch_stride < 0:
+        raise ValueError(f"N {N}, blocks {blocks}, npix {npix}, plane_batch_stride "
+                         f"{plane_batch_stride}: expected non-negative values")
+    if channels > blocks * 16:
+        raise ValueError(f"channels {channels} exceed the {blocks * 16} lanes of x")
+    memset(&p, 0, sizeof(_Pass))
+    p.kind = PASS_PLANE
+    p.op = op
+    if plane_first and op == OP_SUB:
+        p.op = OP_RSUB
+    elif plane_first and op == OP_DIV:
+        p.op = OP_RDIV
+    p.a = <const void *>x
+    p.b = <const void *>plane
+    p.vec_batch_stride = plane_batch_stride
+    p.blocks = blocks
+    p.npix = npix
+    p.channels = channels
+    return _pass_bytes(&p), N * blocks * npix * 16
+
+
 def make_eltwise_step(dtype, size_t y, Py_ssize_t size, passes, keep=None):
-    """A step running ``passes`` (from binary_pass / channel_pass) in order over the output y
-    of ``size`` elements of ``dtype``.  A pass after the first may read y only at the
-    positions it writes (a = y with the output's own layout: Sum's running total)."""
+    """A step running ``passes`` (from binary_pass / channel_pass / plane_pass) in order over
+    the output y of ``size`` elements of ``dtype``.  A pass after the first may read y only
+    at the positions it writes (a = y with the output's own layout: Sum's running total)."""
     cdef int dt = _dtype_code(dtype)
     cdef Py_ssize_t k, npasses = len(passes)
     cdef bytes blob
@@ -735,8 +793,9 @@ def make_eltwise_step(dtype, size_t y, Py_ssize_t size, passes, keep=None):
         if pass_size != size:
             raise ValueError(f"pass {k} covers {pass_size} elements, the output has {size}")
         p = <const _Pass *><const char *>blob
-        if p.kind == PASS_CHANNEL and dt != DT_FLOAT32:
-            raise ValueError(f"pass {k}: a channel pass needs float32, got {np.dtype(dtype)}")
+        if p.kind != PASS_BROADCAST and dt != DT_FLOAT32:
+            raise ValueError(f"pass {k}: a channel or plane pass needs float32, got "
+                             f"{np.dtype(dtype)}")
     table = np.empty(npasses * sizeof(_Pass), np.uint8)
     cdef unsigned char[::1] t = table
     for k in range(npasses):
@@ -831,6 +890,44 @@ cdef void _channel_binary_pixels(int op, const float* x, const float* vec, float
         for i in range(npix):
             for l in range(16):
                 y[i * 16 + l] = v[l] / x[i * 16 + l]
+
+
+cdef void _plane_binary_pixels(int op, const float* x, const float* plane, float* y,
+                               Py_ssize_t npix) noexcept nogil:
+    """One channel block: npix pixels of 16 lanes, pixel i's lanes with plane[i]."""
+    cdef Py_ssize_t i
+    cdef int l
+    cdef float v
+    if op == OP_ADD:
+        for i in range(npix):
+            v = plane[i]
+            for l in range(16):
+                y[i * 16 + l] = x[i * 16 + l] + v
+    elif op == OP_MUL:
+        for i in range(npix):
+            v = plane[i]
+            for l in range(16):
+                y[i * 16 + l] = x[i * 16 + l] * v
+    elif op == OP_SUB:
+        for i in range(npix):
+            v = plane[i]
+            for l in range(16):
+                y[i * 16 + l] = x[i * 16 + l] - v
+    elif op == OP_DIV:
+        for i in range(npix):
+            v = plane[i]
+            for l in range(16):
+                y[i * 16 + l] = x[i * 16 + l] / v
+    elif op == OP_RSUB:
+        for i in range(npix):
+            v = plane[i]
+            for l in range(16):
+                y[i * 16 + l] = v - x[i * 16 + l]
+    else:
+        for i in range(npix):
+            v = plane[i]
+            for l in range(16):
+                y[i * 16 + l] = v / x[i * 16 + l]
 
 
 cdef void _zero_padding_lanes(float* y, Py_ssize_t npix, int first) noexcept nogil:

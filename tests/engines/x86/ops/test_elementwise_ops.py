@@ -384,6 +384,52 @@ def test_per_sample_channel_vector_stays_blocked(op_type, batch, tmp_path):
     np.testing.assert_allclose(rt.run({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op_type", ["Mul", "Add", "Sub", "Div"])
+@pytest.mark.parametrize("plane_first", [False, True], ids=["x_op_plane", "plane_op_x"])
+@pytest.mark.parametrize("batch,plane_batch,channels", [(1, 1, 20), (3, 3, 32), (2, 1, 7)])
+def test_a_spatial_plane_broadcast_over_channels_stays_blocked(
+        op_type, plane_first, batch, plane_batch, channels, isa, tmp_path):
+    """x [N,C,H,W] from an N16CX Conv op g [N or 1,1,H,W] (a spatial gate: FocalNet's
+    modulation, CBAM) runs on N16CX, g read in NDARRAY; the padding lanes stay 0 for the
+    Conv after it (which would sum them), whatever the op makes of 0 and g."""
+    import onnx as _onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from pplpy.common.data_format import DataFormat
+
+    rng = np.random.default_rng(13)
+    w1 = rng.standard_normal((channels, 3, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((8, channels, 1, 1)).astype(np.float32)
+    pair = ["g", "a"] if plane_first else ["a", "g"]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node(op_type, pair, ["m"]),
+             helper.make_node("Conv", ["m", "w2"], ["y"])]
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes, "gate", [vi("x", TensorProto.FLOAT, [batch, 3, 9, 7]),
+                        vi("g", TensorProto.FLOAT, [plane_batch, 1, 9, 7])],
+        [vi("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "gate.onnx"
+    _onnx.save(model, path)
+    feeds = {"x": rng.standard_normal((batch, 3, 9, 7)).astype(np.float32),
+             "g": (rng.random((plane_batch, 1, 9, 7)) + 0.5).astype(np.float32)}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    for threads in (1, 2):
+        rt = pplpy.load(path, max_isa=isa, num_threads=threads, fusion=False)
+        (node,) = [n for n in rt.graph.nodes if n.op_type == op_type]
+        assert rt.formats[node.outputs[0]] is DataFormat.N16CX
+        assert rt.formats[node.inputs[1 - pair.index("a")]] is DataFormat.NDARRAY
+        assert "Reorder" not in [rt.graph.producer(n).op_type for n in node.inputs
+                                 if rt.graph.producer(n)]
+        # (plane / x is large where x is near 0: the next Conv's sums then cancel)
+        np.testing.assert_allclose(rt.run(feeds)["y"], want, rtol=1e-4,
+                                   atol=1e-5 * np.abs(want).max())
+
+
 # -- Sin / Cos / Tan of finite arguments past 2**23: finite (ONNX, numpy), not NaN ------------
 # (a Conv -> BatchNormalization with running var 0 -> Cos -> Conv graph gave NaN everywhere)
 

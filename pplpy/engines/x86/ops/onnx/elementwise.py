@@ -12,9 +12,11 @@ code.
 BINARY_OPS are Add, Sub, Mul and Div with numpy broadcasting, float32 and every integer type
 (8 to 64 bits; wrapping as numpy, integer Div truncating); Sum is a chain of Adds in one step.  Formats: NDARRAY always works; N16CX is kept when the big
 operands arrive blocked with the output's shape and any other operand is a per-channel vector
-([C], [C,1,1], [1,C,1,1] ...): a residual Sum, a bias or a scale after a Conv.
+([C], [C,1,1], [1,C,1,1] ...): a residual Sum, a bias or a scale after a Conv; or, for two
+operands, a one-channel plane [N or 1, 1, H, W] broadcast over the channels (a spatial gate:
+FocalNet's modulation, CBAM's spatial attention), read in NDARRAY.
 
-    x --make_activation_step--> y                 a, b --binary_pass / channel_pass--> y
+    x --make_activation_step--> y     a, b --binary_pass / channel_pass / plane_pass--> y
 """
 
 import math
@@ -368,6 +370,13 @@ def is_batch_channel_vector(shape, out_shape):
     return all(dim == 1 for dim in shape[2:]) and shape[0] in (1, out_shape[0])
 
 
+def is_channel_plane(shape, out_shape):
+    """True if ``shape`` has the output's rank, one channel and the output's spatial dims:
+    a spatial gate [N or 1, 1, H, W] that broadcasts over the channels."""
+    return (len(shape) == len(out_shape) >= 3 and shape[1] == 1 and out_shape[1] > 1
+            and tuple(shape[2:]) == tuple(out_shape[2:]) and shape[0] in (1, out_shape[0]))
+
+
 def _vector_strides(vec, channels, out_rank):
     """(vec_len, vec_stride, vec_batch_stride) reading a per-channel or per-(n, c) vector
     operand: shapes right-aligned with the output's; N16CX [N, C, 1, ...] holds (n, c) at
@@ -464,9 +473,14 @@ def _passes(impl, code, a, b, y, keep):
                                             *blocked, False, channels))
         return passes
     # One operand has the output's shape (blocked); the other is a per-(n, c) vector, in
-    # either format.
+    # either format, or an NDARRAY plane broadcast over the channels.
     a_big = tuple(a.shape.dims) == full and a_blocked
     big, vec, vec_first = (a, b, False) if a_big else (b, a, True)
+    if vec.shape.data_format is not DataFormat.N16CX and is_channel_plane(vec.shape.dims,
+                                                                          full):
+        batch_stride = blocked[2] if vec.shape.dims[0] > 1 else 0
+        return [impl.plane_pass(code, big.address, vec.address, *blocked, vec_first,
+                                channels, batch_stride)]
     vec_len, vec_stride, batch_stride = _vector_strides(vec, channels, len(sy.dims))
     return [impl.channel_pass(code, big.address, vec.address, vec_len, vec_stride, *blocked,
                               vec_first, channels, batch_stride)]
@@ -511,7 +525,8 @@ class BroadcastOp(X86OptKernel):
             elif is_batch_channel_vector(shape, out_shape) and len(in_shapes) == 2:
                 # A squeeze-excite scale straight from a blocked Conv stays blocked.
                 wanted.append(DataFormat.N16CX if is_blocked else DataFormat.NDARRAY)
-            elif is_channel_vector(shape, out_shape):
+            elif is_channel_vector(shape, out_shape) or (
+                    is_channel_plane(shape, out_shape) and len(in_shapes) == 2):
                 wanted.append(DataFormat.NDARRAY)
             else:
                 return ndarray, [DataFormat.NDARRAY]
