@@ -33,6 +33,12 @@ cdef enum:
     # Flush the float partial sums into a double after this many blocks of LANES terms.
     FLUSH = 64
 
+cdef enum:  # what _lane_sums adds up
+    LANE_SUM = 0
+    LANE_SQ_DEV = 1
+    LANE_ABS = 2
+    LANE_EXP = 3
+
 cdef enum:
     AXIS_LOG_SOFTMAX = 0
     AXIS_HARDMAX = 1
@@ -43,76 +49,86 @@ cdef enum:
 # ---------------------------------------------------------------------------------------
 # Sums along a contiguous row.
 
-cdef double _sum(const float *x, Py_ssize_t n) noexcept nogil:
-    """sum(x)"""
+cdef void _lane_sums(const float *x, Py_ssize_t rows, int kind, const float *shift,
+                     double *out) noexcept nogil:
+    """out[l] = the sum over ``rows`` rows of 16 lanes of f(x[r, l]): x (LANE_SUM), |x|
+    (LANE_ABS), (x - shift[l]) ** 2 (LANE_SQ_DEV) or exp(x - shift[l]) (LANE_EXP).  Float
+    partial sums, flushed into doubles every FLUSH rows, in loops with no branch inside, so
+    gcc keeps the 16 partial sums in one vector."""
     cdef float part[LANES]
-    cdef double total = 0
-    cdef Py_ssize_t i, nb = n // LANES
-    cdef int l
-    for l in range(LANES):
-        part[l] = 0
-    for i in range(nb):
-        for l in range(LANES):
-            part[l] += x[i * LANES + l]
-        if i % FLUSH == FLUSH - 1:
-            for l in range(LANES):
-                total += part[l]
-                part[l] = 0
-    for l in range(LANES):
-        total += part[l]
-    for i in range(nb * LANES, n):
-        total += x[i]
-    return total
-
-
-cdef double _sum_sq_dev(const float *x, Py_ssize_t n, float m) noexcept nogil:
-    """sum((x - m) ** 2)"""
-    cdef float part[LANES]
+    cdef float m[LANES]
     cdef float d
+    cdef Py_ssize_t i, i0 = 0, i1
+    cdef int l
+    for l in range(LANES):
+        out[l] = 0
+        m[l] = shift[l] if shift != NULL else 0
+    while i0 < rows:
+        i1 = min(i0 + FLUSH, rows)
+        for l in range(LANES):
+            part[l] = 0
+        if kind == LANE_SUM:
+            for i in range(i0, i1):
+                for l in range(LANES):
+                    part[l] += x[i * LANES + l]
+        elif kind == LANE_SQ_DEV:
+            for i in range(i0, i1):
+                for l in range(LANES):
+                    d = x[i * LANES + l] - m[l]
+                    part[l] += d * d
+        elif kind == LANE_ABS:
+            for i in range(i0, i1):
+                for l in range(LANES):
+                    d = x[i * LANES + l]
+                    part[l] += d if d >= 0 else -d
+        else:
+            for i in range(i0, i1):
+                for l in range(LANES):
+                    part[l] += exp_fp32(x[i * LANES + l] - m[l])
+        for l in range(LANES):
+            out[l] += part[l]
+        i0 = i1
+
+
+cdef double _row_sum(const float *x, Py_ssize_t n, int kind, float m) noexcept nogil:
+    """The sum over a row of n floats of _lane_sums' f, with m the shift of every lane."""
+    cdef double lanes[LANES]
+    cdef float shift[LANES]
     cdef double total = 0
+    cdef float d
     cdef Py_ssize_t i, nb = n // LANES
     cdef int l
     for l in range(LANES):
-        part[l] = 0
-    for i in range(nb):
-        for l in range(LANES):
-            d = x[i * LANES + l] - m
-            part[l] += d * d
-        if i % FLUSH == FLUSH - 1:
-            for l in range(LANES):
-                total += part[l]
-                part[l] = 0
+        shift[l] = m
+    _lane_sums(x, nb, kind, shift, lanes)
     for l in range(LANES):
-        total += part[l]
+        total += lanes[l]
     for i in range(nb * LANES, n):
-        d = x[i] - m
-        total += d * d
+        d = x[i]
+        if kind == LANE_SUM:
+            total += d
+        elif kind == LANE_SQ_DEV:
+            total += (d - m) * (d - m)
+        elif kind == LANE_ABS:
+            total += d if d >= 0 else -d
+        else:
+            total += exp_fp32(d - m)
     return total
 
 
-cdef double _sum_abs(const float *x, Py_ssize_t n) noexcept nogil:
+cdef inline double _sum(const float *x, Py_ssize_t n) noexcept nogil:
+    """sum(x)"""
+    return _row_sum(x, n, LANE_SUM, 0)
+
+
+cdef inline double _sum_sq_dev(const float *x, Py_ssize_t n, float m) noexcept nogil:
+    """sum((x - m) ** 2)"""
+    return _row_sum(x, n, LANE_SQ_DEV, m)
+
+
+cdef inline double _sum_abs(const float *x, Py_ssize_t n) noexcept nogil:
     """sum(|x|)"""
-    cdef float part[LANES]
-    cdef float v
-    cdef double total = 0
-    cdef Py_ssize_t i, nb = n // LANES
-    cdef int l
-    for l in range(LANES):
-        part[l] = 0
-    for i in range(nb):
-        for l in range(LANES):
-            v = x[i * LANES + l]
-            part[l] += v if v >= 0 else -v
-        if i % FLUSH == FLUSH - 1:
-            for l in range(LANES):
-                total += part[l]
-                part[l] = 0
-    for l in range(LANES):
-        total += part[l]
-    for i in range(nb * LANES, n):
-        v = x[i]
-        total += v if v >= 0 else -v
-    return total
+    return _row_sum(x, n, LANE_ABS, 0)
 
 
 cdef float _row_max(const float *x, Py_ssize_t n) noexcept nogil:
@@ -134,26 +150,9 @@ cdef float _row_max(const float *x, Py_ssize_t n) noexcept nogil:
     return m
 
 
-cdef double _sum_exp(const float *x, Py_ssize_t n, float m) noexcept nogil:
+cdef inline double _sum_exp(const float *x, Py_ssize_t n, float m) noexcept nogil:
     """sum(exp(x - m))"""
-    cdef float part[LANES]
-    cdef double total = 0
-    cdef Py_ssize_t i, nb = n // LANES
-    cdef int l
-    for l in range(LANES):
-        part[l] = 0
-    for i in range(nb):
-        for l in range(LANES):
-            part[l] += exp_fp32(x[i * LANES + l] - m)
-        if i % FLUSH == FLUSH - 1:
-            for l in range(LANES):
-                total += part[l]
-                part[l] = 0
-    for l in range(LANES):
-        total += part[l]
-    for i in range(nb * LANES, n):
-        total += exp_fp32(x[i] - m)
-    return total
+    return _row_sum(x, n, LANE_EXP, m)
 
 
 cdef void _expand(const float *src, const Py_ssize_t *dims, const Py_ssize_t *strides, int ndim,
@@ -427,14 +426,16 @@ def row_norm_fp32(x, y, mean, invstd, scale, bias, Py_ssize_t scale_rows, Py_ssi
 
 
 # ---------------------------------------------------------------------------------------
-# InstanceNormalization and GroupNormalization on N16CX: x is (N, blocks, S, 16).  Two
-# steps over the same items, an (image, channel block, chunk of CHUNK_ROWS pixels) each, so
-# a large plane with few channel blocks still splits across the team:
+# InstanceNormalization and GroupNormalization on N16CX: x is (N, blocks, S, 16).  Three
+# steps; the first and last over the same items, an (image, channel block, chunk of
+# CHUNK_ROWS pixels) each, so a large plane with few channel blocks still splits across the
+# team:
 #   moments: per lane of the item, the mean of its rows and their sum of squared deviations
 #            from it (two passes over 32 KB);
-#   apply:   each group's mean and variance from its channels' chunks (Chan's formula,
-#            M2 = sum(M2_k + n_k (m_k - m)^2): no cancellation), then per lane
-#            y = (x - mean) * scale / sqrt(var + epsilon) + bias.
+#   combine: (serial, O(N C chunks)) each group's mean and variance from its channels' chunks
+#            (Chan's formula, M2 = sum(M2_k + n_k (m_k - m)^2): no cancellation), as each
+#            lane's mean, scale / sqrt(var + epsilon) and bias;
+#   apply:   y = (x - mean) * s + bias per lane.
 # Instance normalisation is the case of one channel per group.  Padding lanes come out 0.
 
 cdef enum:
@@ -447,6 +448,7 @@ cdef struct BlockedNormArgs:
     const float *scale          # per channel, padded to blocks * 16
     const float *bias
     double *moments             # (N, blocks, chunks, 2, 16): per lane mean, then M2
+    double *coef                # (N, blocks, 3, 16): per lane mean, s, bias
     Py_ssize_t N
     Py_ssize_t blocks
     Py_ssize_t chunks
@@ -462,13 +464,10 @@ cdef inline Py_ssize_t _chunk_rows(const BlockedNormArgs *a, Py_ssize_t k) noexc
 
 cdef void _blocked_moments_step(const void *p, int tid, int nthreads) noexcept nogil:
     cdef const BlockedNormArgs *a = <const BlockedNormArgs *>p
-    cdef Py_ssize_t i0, i1, it, i, k, rows
+    cdef Py_ssize_t i0, i1, it, k, rows
     cdef const float *x
     cdef double *mom
-    cdef float part[LANES]
-    cdef double total[LANES]
     cdef float m[LANES]
-    cdef float d
     cdef int l
     ppl_partition(a.N * a.blocks * a.chunks, tid, nthreads, &i0, &i1)
     for it in range(i0, i1):
@@ -476,31 +475,11 @@ cdef void _blocked_moments_step(const void *p, int tid, int nthreads) noexcept n
         rows = _chunk_rows(a, k)
         x = a.x + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
         mom = a.moments + it * 2 * LANES
+        _lane_sums(x, rows, LANE_SUM, NULL, mom)
         for l in range(LANES):
-            part[l] = 0
-            total[l] = 0
-        for i in range(rows):
-            for l in range(LANES):
-                part[l] += x[i * LANES + l]
-            if i % FLUSH == FLUSH - 1:
-                for l in range(LANES):
-                    total[l] += part[l]
-                    part[l] = 0
-        for l in range(LANES):
-            mom[l] = (total[l] + part[l]) / rows
+            mom[l] /= rows
             m[l] = <float>mom[l]
-            part[l] = 0
-            total[l] = 0
-        for i in range(rows):
-            for l in range(LANES):
-                d = x[i * LANES + l] - m[l]
-                part[l] += d * d
-            if i % FLUSH == FLUSH - 1:
-                for l in range(LANES):
-                    total[l] += part[l]
-                    part[l] = 0
-        for l in range(LANES):
-            mom[LANES + l] = total[l] + part[l]
+        _lane_sums(x, rows, LANE_SQ_DEV, m, mom + LANES)
 
 
 cdef void _group_moments(const BlockedNormArgs *a, Py_ssize_t n, Py_ssize_t g,
@@ -522,61 +501,72 @@ cdef void _group_moments(const BlockedNormArgs *a, Py_ssize_t n, Py_ssize_t g,
     var[0] = m2 / (a.S * a.per_group)
 
 
+cdef void _blocked_combine_step(const void *p, int tid, int nthreads) noexcept nogil:
+    cdef const BlockedNormArgs *a = <const BlockedNormArgs *>p
+    cdef Py_ssize_t n, g, c, c0
+    cdef double mean = 0, var = 0, inv
+    cdef double *coef
+    for n in range(a.N):
+        for c in range(a.C, a.blocks * LANES):  # padding lanes: y = (x - 0) * 0 + 0
+            coef = a.coef + (n * a.blocks + c // LANES) * 3 * LANES + c % LANES
+            coef[0] = 0
+            coef[LANES] = 0
+            coef[2 * LANES] = 0
+        for g in range(a.C // a.per_group):
+            _group_moments(a, n, g, &mean, &var)
+            inv = 1.0 / sqrtf(<float>var + a.epsilon)
+            c0 = g * a.per_group
+            for c in range(c0, c0 + a.per_group):
+                coef = a.coef + (n * a.blocks + c // LANES) * 3 * LANES + c % LANES
+                coef[0] = mean
+                coef[LANES] = a.scale[c] * inv
+                coef[2 * LANES] = a.bias[c]
+
+
 cdef void _blocked_apply_step(const void *p, int tid, int nthreads) noexcept nogil:
     cdef const BlockedNormArgs *a = <const BlockedNormArgs *>p
-    cdef Py_ssize_t i0, i1, it, i, k, rows, n, cb, c, g, last
+    cdef Py_ssize_t i0, i1, it, i, k, rows
     cdef const float *x
     cdef float *y
-    cdef double mean = 0, var = 0
+    cdef const double *coef
     cdef float m[LANES]
     cdef float s[LANES]
     cdef float b[LANES]
-    cdef float inv = 0, one = 1
+    cdef float t[LANES]
     cdef int l
     ppl_partition(a.N * a.blocks * a.chunks, tid, nthreads, &i0, &i1)
     for it in range(i0, i1):
         k = it % a.chunks
         rows = _chunk_rows(a, k)
-        n = it // a.chunks // a.blocks
-        cb = it // a.chunks % a.blocks
-        last = -1
+        coef = a.coef + (it // a.chunks) * 3 * LANES
         for l in range(LANES):
-            c = cb * LANES + l
-            if c >= a.C:
-                m[l] = 0
-                s[l] = 0
-                b[l] = 0
-                continue
-            g = c // a.per_group
-            if g != last:
-                _group_moments(a, n, g, &mean, &var)
-                inv = one / sqrtf(<float>var + a.epsilon)
-                last = g
-            m[l] = <float>mean
-            s[l] = a.scale[c] * inv
-            b[l] = a.bias[c]
+            m[l] = <float>coef[l]
+            s[l] = <float>coef[LANES + l]
+            b[l] = <float>coef[2 * LANES + l]
         x = a.x + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
         y = a.y + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
         for i in range(rows):
+            for l in range(LANES):  # through a local copy: y may be x (in place)
+                t[l] = x[i * LANES + l]
             for l in range(LANES):
-                y[i * LANES + l] = (x[i * LANES + l] - m[l]) * s[l] + b[l]
+                y[i * LANES + l] = (t[l] - m[l]) * s[l] + b[l]
 
 
 def blocked_norm_scratch(Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t S):
     """Doubles of scratch the blocked normalisation steps need for these dims."""
-    return N * blocks * ((S + CHUNK_ROWS - 1) // CHUNK_ROWS) * 2 * LANES
+    return N * blocks * (((S + CHUNK_ROWS - 1) // CHUNK_ROWS) * 2 + 3) * LANES
 
 
-def make_blocked_norm_steps(size_t x, size_t y, size_t scale, size_t bias, size_t moments,
+def make_blocked_norm_steps(size_t x, size_t y, size_t scale, size_t bias, size_t scratch,
                             Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t S, Py_ssize_t C,
                             Py_ssize_t groups, float epsilon, keep=None):
-    """The two steps of GroupNormalization (InstanceNormalization: ``groups`` = C) on N16CX
+    """The three steps of GroupNormalization (InstanceNormalization: ``groups`` = C) on N16CX
     x, y (N, blocks, S, 16): scale and bias per channel, padded with zeros to blocks * 16;
-    ``moments``: blocked_norm_scratch(N, blocks, S) doubles."""
+    ``scratch``: blocked_norm_scratch(N, blocks, S) doubles."""
     cdef BlockedNormArgs a
-    cdef Step moments_step, apply_step
-    if x == 0 or y == 0 or scale == 0 or bias == 0 or moments == 0:
-        raise ValueError("x, y, scale, bias and moments must be given")
+    cdef Step moments_step, combine_step, apply_step
+    if x == 0 or y == 0 or scale == 0 or bias == 0 or scratch == 0:
+        raise ValueError("x, y, scale, bias and scratch must be given")
     if N < 0 or blocks < 1 or S < 1 or not (blocks - 1) * LANES < C <= blocks * LANES:
         raise ValueError(f"N {N}, blocks {blocks}, S {S}, C {C}: expected N >= 0, S >= 1 "
                          f"and C channels in the blocks")
@@ -586,10 +576,11 @@ def make_blocked_norm_steps(size_t x, size_t y, size_t scale, size_t bias, size_
     a.y = <float *>y
     a.scale = <const float *>scale
     a.bias = <const float *>bias
-    a.moments = <double *>moments
+    a.chunks = (S + CHUNK_ROWS - 1) // CHUNK_ROWS
+    a.moments = <double *>scratch
+    a.coef = a.moments + N * blocks * a.chunks * 2 * LANES
     a.N = N
     a.blocks = blocks
-    a.chunks = (S + CHUNK_ROWS - 1) // CHUNK_ROWS
     a.S = S
     a.C = C
     a.per_group = C // groups
@@ -597,9 +588,11 @@ def make_blocked_norm_steps(size_t x, size_t y, size_t scale, size_t bias, size_
     parallel = N * blocks * a.chunks > 1 and N * blocks * S * LANES > GRAIN
     moments_step = new_step(_blocked_moments_step, sizeof(BlockedNormArgs), parallel, keep)
     (<BlockedNormArgs *>moments_step.args)[0] = a
+    combine_step = new_step(_blocked_combine_step, sizeof(BlockedNormArgs), False, keep)
+    (<BlockedNormArgs *>combine_step.args)[0] = a
     apply_step = new_step(_blocked_apply_step, sizeof(BlockedNormArgs), parallel, keep)
     (<BlockedNormArgs *>apply_step.args)[0] = a
-    return [moments_step, apply_step]
+    return [moments_step, combine_step, apply_step]
 
 
 def blocked_norm_fp32(x, y, scale, bias, Py_ssize_t C, Py_ssize_t groups, float epsilon,
@@ -615,11 +608,11 @@ def blocked_norm_fp32(x, y, scale, bias, Py_ssize_t C, Py_ssize_t groups, float 
         raise ValueError(f"scale {scale.shape}, bias {bias.shape}: expected {x.shape[1] * 16}")
     if x.size == 0:
         return
-    moments = np.empty(blocked_norm_scratch(x.shape[0], x.shape[1], x.shape[2]), np.float64)
+    scratch = np.empty(blocked_norm_scratch(x.shape[0], x.shape[1], x.shape[2]), np.float64)
     run_steps(make_blocked_norm_steps(_address(x), _address(y), _address(scale),
-                                      _address(bias), _address(moments), x.shape[0],
+                                      _address(bias), _address(scratch), x.shape[0],
                                       x.shape[1], x.shape[2], C, groups, epsilon,
-                                      (x, y, scale, bias, moments)), num_threads)
+                                      (x, y, scale, bias, scratch)), num_threads)
 
 
 # ---------------------------------------------------------------------------------------

@@ -36,8 +36,8 @@ def parse_group_norm_18(node_proto, opset):
 
 
 class ChannelNormKernel(X86Kernel):
-    """Rows of the impl's row normalisation (NDARRAY), or its two N16CX steps (moments per
-    chunk of a channel block, then each group's statistics and the affine map)."""
+    """Rows of the impl's row normalisation (NDARRAY), or its three N16CX steps (moments per
+    chunk of a channel block, each group's statistics, the affine map)."""
 
     def __init__(self, op_ctx, groups_of):
         super().__init__(op_ctx)
@@ -45,7 +45,7 @@ class ChannelNormKernel(X86Kernel):
         self.weights = {i: np.ascontiguousarray(op_ctx.constant(i), np.float32)
                         for i in (1, 2) if op_ctx.constant(i) is not None}
         self.packed_inputs = tuple(self.weights)
-        self._padded = ShapeCache()  # channel blocks -> scale, bias padded to them
+        self._padded = ShapeCache()  # (channel blocks, C) -> scale, bias padded to them
 
     def _weight(self, io, index, keep):
         if index in self.weights:
@@ -70,15 +70,15 @@ class ChannelNormKernel(X86Kernel):
             if (1, 2) != tuple(sorted(self.weights)):
                 raise self.op.unsupported("N16CX needs constant scale and bias")
             # per channel (GroupNormalization-18's per-group values repeated), padded
-            scale, bias = self._padded.get(blocks, lambda: tuple(
+            scale, bias = self._padded.get((blocks, C), lambda: tuple(
                 np.pad(np.repeat(w, C // w.size), (0, blocks * 16 - C))
                 for w in (self.weights[1], self.weights[2])))
-            moments = np.empty(impl.blocked_norm_scratch(N, blocks, S), np.float64)
-            keep += [scale, bias, moments]
+            scratch = np.empty(impl.blocked_norm_scratch(N, blocks, S), np.float64)
+            keep += [scale, bias, scratch]
             return impl.make_blocked_norm_steps(
                 io.inputs[0].address, io.outputs[0].address,
                 scale.__array_interface__["data"][0], bias.__array_interface__["data"][0],
-                moments.__array_interface__["data"][0], N, blocks, S, C, G, eps, keep)
+                scratch.__array_interface__["data"][0], N, blocks, S, C, G, eps, keep)
         per_channel = io.inputs[1].shape.element_count == C if 1 not in self.weights \
             else self.weights[1].size == C
         n = C // G * S
