@@ -45,6 +45,18 @@ def may_use_blocked_format(cls):
     return False
 
 
+def readers_take_blocked(graph, ops, node):
+    """Whether every reader of ``node``'s outputs can run N16CX (its op lists the format and
+    may use it) and none is a graph output: a hint for an op whose inputs arrive in both
+    formats, where either choice costs one reorder and the readers decide which is cheaper
+    (a residual Add of a Conv's output into a stream the exporter made NDARRAY)."""
+    readers = [reader for name in node.outputs if name for reader in graph.consumers(name)]
+    if not readers or any(graph.is_graph_output(name) for name in node.outputs if name):
+        return False
+    return all(DataFormat.N16CX in getattr(ops[r], "formats", ())
+               and may_use_blocked_format(type(ops[r])) for r in readers if r in ops)
+
+
 def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
     """Set every value's format and insert Reorder nodes, editing ``graph`` in place.
 
@@ -79,6 +91,7 @@ def select_formats_and_insert_reorders(graph, ops, shapes, make_op):
 
     for node in graph.nodes:
         op = ops[node]
+        op.readers_take_blocked = readers_take_blocked(graph, ops, node)
         in_formats = [graph.values[name].format if name else DataFormat.NDARRAY
                       for name in node.inputs]
         in_shapes = [shapes.get(name) if name else None for name in node.inputs]

@@ -430,6 +430,44 @@ def test_a_spatial_plane_broadcast_over_channels_stays_blocked(
                                    atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("reader", ["Conv", "Softmax", "output"])
+def test_a_blocked_and_an_ndarray_operand_meet_in_the_readers_format(reader, tmp_path):
+    """Add(conv output (N16CX), x (NDARRAY, the same shape)): one operand is reordered
+    either way; the Add runs N16CX when every reader can (a residual stream that feeds the
+    next Conv), NDARRAY when a reader cannot (Softmax over the last axis, a graph output)."""
+    import onnx as _onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from pplpy.common.data_format import DataFormat
+
+    rng = np.random.default_rng(17)
+    w = rng.standard_normal((20, 20, 1, 1)).astype(np.float32) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]),
+             helper.make_node("Add", ["a", "x"], ["s"])]
+    out = "s"
+    if reader == "Conv":
+        nodes.append(helper.make_node("Conv", ["s", "w"], ["y"]))
+        out = "y"
+    elif reader == "Softmax":
+        nodes.append(helper.make_node("Softmax", ["s"], ["y"], axis=-1))
+        out = "y"
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "res", [vi("x", TensorProto.FLOAT, [1, 20, 6, 5])],
+                              [vi(out, TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "res.onnx"
+    _onnx.save(model, path)
+    rt = pplpy.load(path, fusion=False)
+    (add,) = [n for n in rt.graph.nodes if n.op_type == "Add"]
+    want = DataFormat.N16CX if reader == "Conv" else DataFormat.NDARRAY
+    assert rt.formats[add.outputs[0]] is want
+    x = rng.standard_normal((1, 20, 6, 5)).astype(np.float32)
+    np.testing.assert_allclose(rt.run({"x": x})[out], ReferenceEvaluator(model).run(
+        None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
 # -- Sin / Cos / Tan of finite arguments past 2**23: finite (ONNX, numpy), not NaN ------------
 # (a Conv -> BatchNormalization with running var 0 -> Cos -> Conv graph gave NaN everywhere)
 

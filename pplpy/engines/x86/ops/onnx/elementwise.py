@@ -522,6 +522,11 @@ class BroadcastOp(X86OptKernel):
             if is_blocked and tuple(shape) == tuple(out_shape):
                 wanted.append(DataFormat.N16CX)
                 full += 1
+            elif tuple(shape) == tuple(out_shape) and len(in_shapes) == 2 and getattr(
+                    self, "readers_take_blocked", False):
+                # A blocked operand meets an NDARRAY one of its shape: one of them is
+                # reordered either way; the readers run N16CX, so this one.
+                wanted.append(DataFormat.N16CX)
             elif is_batch_channel_vector(shape, out_shape) and len(in_shapes) == 2:
                 # A squeeze-excite scale straight from a blocked Conv stays blocked.
                 wanted.append(DataFormat.N16CX if is_blocked else DataFormat.NDARRAY)
