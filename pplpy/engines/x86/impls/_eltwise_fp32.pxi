@@ -712,6 +712,33 @@ def binary_pass(int op, size_t a, Py_ssize_t a_len, size_t b, Py_ssize_t b_len, 
     return _pass_bytes(&p), size
 
 
+cdef int _blocked_pass(_Pass *p, int kind, int op, size_t x, size_t operand, Py_ssize_t N,
+                       Py_ssize_t blocks, Py_ssize_t npix, bint operand_first,
+                       Py_ssize_t channels, Py_ssize_t batch_stride) except -1:
+    """Fill ``p``: a channel or plane pass over N16CX x and y (N, blocks, npix, 16), after
+    checks; the operand first turns Sub and Div around."""
+    _check_op(op)
+    if N < 0 or blocks < 0 or npix < 0 or batch_stride < 0:
+        raise ValueError(f"N {N}, blocks {blocks}, npix {npix}, batch stride {batch_stride}: "
+                         f"expected non-negative values")
+    if channels > blocks * 16:
+        raise ValueError(f"channels {channels} exceed the {blocks * 16} lanes of x")
+    memset(p, 0, sizeof(_Pass))
+    p.kind = kind
+    p.op = op
+    if operand_first and op == OP_SUB:
+        p.op = OP_RSUB
+    elif operand_first and op == OP_DIV:
+        p.op = OP_RDIV
+    p.a = <const void *>x
+    p.b = <const void *>operand
+    p.vec_batch_stride = batch_stride
+    p.blocks = blocks
+    p.npix = npix
+    p.channels = channels
+    return 0
+
+
 def channel_pass(int op, size_t x, size_t vec, Py_ssize_t vec_len, Py_ssize_t vec_stride,
                  Py_ssize_t N, Py_ssize_t blocks, Py_ssize_t npix, bint vec_first=False,
                  Py_ssize_t channels=-1, Py_ssize_t vec_batch_stride=0):
@@ -721,28 +748,13 @@ def channel_pass(int op, size_t x, size_t vec, Py_ssize_t vec_len, Py_ssize_t ve
     every n).  With channels >= 0, lanes c >= channels of y are written 0 (Div by padding
     would make them NaN).  Returns (pass, output size)."""
     cdef _Pass p
-    _check_op(op)
-    if N < 0 or blocks < 0 or npix < 0 or vec_len < 0 or vec_stride < 0 or \
-            vec_batch_stride < 0:
-        raise ValueError(f"N {N}, blocks {blocks}, npix {npix}, vec_len {vec_len}, "
-                         f"vec_stride {vec_stride}: expected non-negative values")
-    if channels > blocks * 16:
-        raise ValueError(f"channels {channels} exceed the {blocks * 16} lanes of x")
-    memset(&p, 0, sizeof(_Pass))
-    p.kind = PASS_CHANNEL
-    p.op = op
-    if vec_first and op == OP_SUB:
-        p.op = OP_RSUB
-    elif vec_first and op == OP_DIV:
-        p.op = OP_RDIV
-    p.a = <const void *>x
-    p.b = <const void *>vec
+    if vec_len < 0 or vec_stride < 0:
+        raise ValueError(f"vec_len {vec_len}, vec_stride {vec_stride}: expected non-negative "
+                         f"values")
+    _blocked_pass(&p, PASS_CHANNEL, op, x, vec, N, blocks, npix, vec_first, channels,
+                  vec_batch_stride)
     p.vec_len = vec_len
     p.vec_stride = vec_stride
-    p.vec_batch_stride = vec_batch_stride
-    p.blocks = blocks
-    p.npix = npix
-    p.channels = channels
     return _pass_bytes(&p), N * blocks * npix * 16
 
 
@@ -755,25 +767,8 @@ def plane_pass(int op, size_t x, size_t plane, Py_ssize_t N, Py_ssize_t blocks,
     n * plane_batch_stride + s.  With channels >= 0, lanes c >= channels of y are written 0.
     Returns (pass, output size)."""
     cdef _Pass p
-    _check_op(op)
-    if N < 0 or blocks < 0 or npix < 0 or plane_batch_stride < 0:
-        raise ValueError(f"N {N}, blocks {blocks}, npix {npix}, plane_batch_stride "
-                         f"{plane_batch_stride}: expected non-negative values")
-    if channels > blocks * 16:
-        raise ValueError(f"channels {channels} exceed the {blocks * 16} lanes of x")
-    memset(&p, 0, sizeof(_Pass))
-    p.kind = PASS_PLANE
-    p.op = op
-    if plane_first and op == OP_SUB:
-        p.op = OP_RSUB
-    elif plane_first and op == OP_DIV:
-        p.op = OP_RDIV
-    p.a = <const void *>x
-    p.b = <const void *>plane
-    p.vec_batch_stride = plane_batch_stride
-    p.blocks = blocks
-    p.npix = npix
-    p.channels = channels
+    _blocked_pass(&p, PASS_PLANE, op, x, plane, N, blocks, npix, plane_first, channels,
+                  plane_batch_stride)
     return _pass_bytes(&p), N * blocks * npix * 16
 
 

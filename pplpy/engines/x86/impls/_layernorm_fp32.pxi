@@ -462,18 +462,26 @@ cdef inline Py_ssize_t _chunk_rows(const BlockedNormArgs *a, Py_ssize_t k) noexc
     return CHUNK_ROWS if (k + 1) * CHUNK_ROWS <= a.S else a.S - k * CHUNK_ROWS
 
 
+cdef inline Py_ssize_t _item_rows(const BlockedNormArgs *a, Py_ssize_t it,
+                                  Py_ssize_t *offset) noexcept nogil:
+    """The rows of item ``it`` (image, block, chunk); ``offset``: the float offset of its
+    first row in x and y."""
+    cdef Py_ssize_t k = it % a.chunks
+    offset[0] = ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
+    return _chunk_rows(a, k)
+
+
 cdef void _blocked_moments_step(const void *p, int tid, int nthreads) noexcept nogil:
     cdef const BlockedNormArgs *a = <const BlockedNormArgs *>p
-    cdef Py_ssize_t i0, i1, it, k, rows
+    cdef Py_ssize_t i0, i1, it, rows, offset
     cdef const float *x
     cdef double *mom
     cdef float m[LANES]
     cdef int l
     ppl_partition(a.N * a.blocks * a.chunks, tid, nthreads, &i0, &i1)
     for it in range(i0, i1):
-        k = it % a.chunks
-        rows = _chunk_rows(a, k)
-        x = a.x + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
+        rows = _item_rows(a, it, &offset)
+        x = a.x + offset
         mom = a.moments + it * 2 * LANES
         _lane_sums(x, rows, LANE_SUM, NULL, mom)
         for l in range(LANES):
@@ -525,7 +533,7 @@ cdef void _blocked_combine_step(const void *p, int tid, int nthreads) noexcept n
 
 cdef void _blocked_apply_step(const void *p, int tid, int nthreads) noexcept nogil:
     cdef const BlockedNormArgs *a = <const BlockedNormArgs *>p
-    cdef Py_ssize_t i0, i1, it, i, k, rows
+    cdef Py_ssize_t i0, i1, it, i, rows, offset
     cdef const float *x
     cdef float *y
     cdef const double *coef
@@ -536,15 +544,14 @@ cdef void _blocked_apply_step(const void *p, int tid, int nthreads) noexcept nog
     cdef int l
     ppl_partition(a.N * a.blocks * a.chunks, tid, nthreads, &i0, &i1)
     for it in range(i0, i1):
-        k = it % a.chunks
-        rows = _chunk_rows(a, k)
+        rows = _item_rows(a, it, &offset)
         coef = a.coef + (it // a.chunks) * 3 * LANES
         for l in range(LANES):
             m[l] = <float>coef[l]
             s[l] = <float>coef[LANES + l]
             b[l] = <float>coef[2 * LANES + l]
-        x = a.x + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
-        y = a.y + ((it // a.chunks) * a.S + k * CHUNK_ROWS) * LANES
+        x = a.x + offset
+        y = a.y + offset
         for i in range(rows):
             for l in range(LANES):  # through a local copy: y may be x (in place)
                 t[l] = x[i * LANES + l]
