@@ -571,11 +571,12 @@ cdef void _broadcast_range(int op, const num_t* a, const num_t* b, num_t* y, con
             d -= 1
 
 
-cdef void _channel_range(const _Pass* p, float* y, Py_ssize_t begin,
+cdef void _blocked_range(const _Pass* p, float* y, Py_ssize_t begin,
                          Py_ssize_t end) noexcept nogil:
-    """Output elements [begin, end), whole pixels of 16 lanes."""
+    """Output elements [begin, end) of a channel or plane pass, whole pixels of 16 lanes,
+    a run of pixels of one (image, channel block) at a time."""
     cdef const float* x = <const float*>p.a
-    cdef const float* vec = <const float*>p.b
+    cdef const float* operand = <const float*>p.b
     cdef Py_ssize_t pix = begin // 16, pix_end = end // 16, r, s, cnt, cb, ch, off, base
     cdef float v[16]
     cdef int l
@@ -587,35 +588,14 @@ cdef void _channel_range(const _Pass* p, float* y, Py_ssize_t begin,
         cnt = min(p.npix - s, pix_end - pix)
         cb = r % p.blocks
         base = (r // p.blocks) * p.vec_batch_stride
-        for l in range(16):
-            ch = cb * 16 + l
-            v[l] = vec[base + ch * p.vec_stride] if ch < p.vec_len else 0
         off = pix * 16
-        _channel_binary_pixels(p.op, x + off, v, y + off, cnt)
-        if 0 <= p.channels < (cb + 1) * 16:
-            _zero_padding_lanes(y + off, cnt, <int>(p.channels - cb * 16))
-        pix += cnt
-        s = 0
-        r += 1
-
-
-cdef void _plane_range(const _Pass* p, float* y, Py_ssize_t begin,
-                       Py_ssize_t end) noexcept nogil:
-    """Output elements [begin, end), whole pixels of 16 lanes: each pixel's lanes meet the
-    plane's one value there."""
-    cdef const float* x = <const float*>p.a
-    cdef const float* plane = <const float*>p.b
-    cdef Py_ssize_t pix = begin // 16, pix_end = end // 16, r, s, cnt, cb, off
-    if pix >= pix_end:
-        return
-    r = pix // p.npix    # r = n * blocks + cb
-    s = pix - r * p.npix
-    while pix < pix_end:
-        cnt = min(p.npix - s, pix_end - pix)
-        cb = r % p.blocks
-        off = pix * 16
-        _plane_binary_pixels(p.op, x + off, plane + (r // p.blocks) * p.vec_batch_stride + s,
-                             y + off, cnt)
+        if p.kind == PASS_CHANNEL:  # the block's 16 values of vec
+            for l in range(16):
+                ch = cb * 16 + l
+                v[l] = operand[base + ch * p.vec_stride] if ch < p.vec_len else 0
+            _channel_binary_pixels(p.op, x + off, v, y + off, cnt)
+        else:  # each pixel's lanes meet the plane's one value there
+            _plane_binary_pixels(p.op, x + off, operand + base + s, y + off, cnt)
         if 0 <= p.channels < (cb + 1) * 16:
             _zero_padding_lanes(y + off, cnt, <int>(p.channels - cb * 16))
         pix += cnt
@@ -632,10 +612,8 @@ cdef void _eltwise_step(const void *a, int tid, int nthreads) noexcept nogil:
         return
     for k in range(args.npasses):
         p = &args.passes[k]
-        if p.kind == PASS_CHANNEL:
-            _channel_range(p, <float*>args.y, b, e)
-        elif p.kind == PASS_PLANE:
-            _plane_range(p, <float*>args.y, b, e)
+        if p.kind != PASS_BROADCAST:
+            _blocked_range(p, <float*>args.y, b, e)
         elif args.dtype == DT_FLOAT32:
             _broadcast_range(p.op, <const float*>p.a, <const float*>p.b, <float*>args.y,
                              &p.L, b, e)
