@@ -99,3 +99,35 @@ def test_a_folded_chain_saved_optimized_reloads(tmp_path):
     x = RNG.standard_normal((4, 6)).astype(np.float32)
     np.testing.assert_array_equal(pplpy.load(str(out)).run({"x": x})["y"],
                                   pplpy.load(str(src)).run({"x": x})["y"])
+
+
+@pytest.mark.parametrize("form", ["unsqueeze_11", "constant_node_shape"])
+def test_the_models_opset_and_its_constant_nodes(save_model, form):
+    """Unsqueeze-11 takes its axes as an attribute (the reference is asked at the model's
+    opset); a Reshape's shape from a Constant node (as the TorchScript exporter writes
+    shapes) is a constant input too."""
+    pos = RNG.random((24,))
+    if form == "unsqueeze_11":
+        opset, inits = 11, {"pos": pos.reshape(4, 6)[0]}
+        nodes = [helper.make_node("Unsqueeze", ["pos"], ["p2"], axes=[0])]
+    else:
+        opset, inits = 18, {"pos": pos}
+        nodes = [helper.make_node("Constant", [], ["shape"], value_ints=[4, 6]),
+                 helper.make_node("Reshape", ["pos", "shape"], ["p2"])]
+    nodes += [helper.make_node("Sin", ["p2"], ["s"]),
+              helper.make_node("Cast", ["s"], ["emb"], to=F),
+              helper.make_node("Add", ["x", "emb"], ["y"])]
+    ops = run_and_check(save_model, model_of(nodes, inits, opset=opset))
+    assert "Sin" not in ops
+
+
+def test_softmax_before_opset_13_is_not_folded_with_the_later_meaning(save_model):
+    """Softmax-11 flattened from its axis; onnx.reference has only the later, last-axis
+    form, so such a node is not folded (and, in float64, refused) rather than computed
+    wrong."""
+    nodes = [helper.make_node("Softmax", ["c"], ["s"]),
+             helper.make_node("Cast", ["s"], ["sf"], to=F),
+             helper.make_node("Add", ["x", "sf"], ["y"])]
+    model = model_of(nodes, {"c": RNG.random((4, 6))}, opset=11)
+    with pytest.raises(pplpy.UnsupportedOpError, match='input "c" is float64'):
+        pplpy.load(save_model(model))
