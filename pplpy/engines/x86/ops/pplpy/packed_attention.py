@@ -11,8 +11,9 @@ The optimiser's ``pack_qkv`` writes it for self-attention: where the model proje
 V with one MatMul and splits the result (GPT-2), the Split's three copies go; where it has
 three projections of the same input (BERT, ViT), they become one GEMM with three times the
 columns, and then the same; where it splits a per-head view of one projection and transposes
-the parts to (B, H, S, d) (LeViT), the Split and the Transposes go.  The kernel is Attention's: it reads each head of Q, K and V
-through strides, here the packed row's width, so nothing is copied apart.
+the parts to (B, H, S, d) (LeViT), the Split and the Transposes go.  The kernel is
+Attention's: it reads each head of Q, K and V through strides, here the packed row's width,
+so nothing is copied apart.
 """
 
 from pplpy.common.data_type import DataType
