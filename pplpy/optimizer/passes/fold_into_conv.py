@@ -217,10 +217,7 @@ class FoldAffine(RewriteRule, abc.ABC):
 
     op_types = AFFINE_OPS
     producers = frozenset()
-
-    def __init__(self):
-        super().__init__()
-        self._appended = False
+    sorts_after = True  # a fold that makes a new node adds it at the end
 
     def condition(self, graph, node, ctx):
         for src in node.inputs[:2]:
@@ -288,15 +285,7 @@ class FoldAffine(RewriteRule, abc.ABC):
         domain, opset = ((producer.domain, producer.opset) if op_type == producer.op_type
                          else OP_DOMAINS.get(op_type, (producer.domain, producer.opset)))
         graph.add_node(Node(producer.name, op_type, domain, opset, inputs, [out], param))
-        self._appended = True
         return True
-
-    def run(self, graph, ctx):
-        self._appended = False
-        changes = super().run(graph, ctx)
-        if self._appended:
-            graph.topological_sort()
-        return changes
 
     @abc.abstractmethod
     def rewrite(self, graph, target, s, t):

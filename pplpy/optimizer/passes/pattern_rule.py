@@ -139,19 +139,16 @@ class PatternRule(RewriteRule):
     """A RewriteRule whose ``apply`` replaces matched nodes by new ones (``replace``) and
     counts what it made in ``details``; new nodes are sorted in after the sweep."""
 
+    sorts_after = True  # replace() adds its nodes at the end of the node list
+
     def __init__(self):
         super().__init__()
-        self._added = False
         self._serial = itertools.count()
 
     def run(self, graph, ctx):
         if not ctx.fusion:
             return 0
-        self._added = False
-        changes = super().run(graph, ctx)
-        if self._added:
-            graph.topological_sort()
-        return changes
+        return super().run(graph, ctx)
 
     @staticmethod
     def can_replace(graph, matched, final, same_dims_as=None):
@@ -186,7 +183,6 @@ class PatternRule(RewriteRule):
             graph.remove_node(node)
         for node in new_nodes:
             graph.add_node(node)
-        self._added = True
         self.details[what] += 1
         return True
 
