@@ -34,6 +34,10 @@ from pplpy.runtime.step cimport (Step, new_step, ppl_fault, ppl_fault_record, pp
 from pplpy.engines.x86.impls.fault_text import valid_indices
 from pplpy.runtime.step import run_steps
 
+cdef extern from "_transpose_fp32.h" nogil:
+    void ppl_transpose_block(const float *x, Py_ssize_t ldx, float *y, Py_ssize_t ldy,
+                             Py_ssize_t rows, Py_ssize_t cols)
+
 
 cdef enum:
     # A step moving fewer bytes runs serially: a fork costs more than it saves.
@@ -280,10 +284,15 @@ cdef inline void copy_tile(char *dst, const char *src, Py_ssize_t rows, Py_ssize
                            Py_ssize_t dst_row, Py_ssize_t src_col, Py_ssize_t es,
                            char *buf) noexcept nogil:
     """dst[i, j] = src[i * es + j * src_col] for a rows x cols tile (dst rows dst_row bytes
-    apart, columns contiguous; the source contiguous along the rows), through ``buf``."""
+    apart, columns contiguous; the source contiguous along the rows), through ``buf``.
+    4-byte elements leave the buffer in 4 x 4 register blocks (_transpose_fp32.h), others
+    one at a time."""
     cdef Py_ssize_t i, j
     for j in range(cols):
         memcpy(buf + j * rows * es, src + j * src_col, rows * es)
+    if es == 4:
+        ppl_transpose_block(<const float *>buf, rows, <float *>dst, dst_row // 4, rows, cols)
+        return
     for i in range(rows):
         copy_elements(dst + i * dst_row, buf + i * es, cols, rows * es, es)
 

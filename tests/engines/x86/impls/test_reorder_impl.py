@@ -79,3 +79,22 @@ def test_steps_run_in_a_plan(m):
     run_steps([to, back], 2)
     np.testing.assert_array_equal(y, to_n16cx(x))
     np.testing.assert_array_equal(z, x)
+
+
+@pytest.mark.parametrize("shape", [(1, 35, 70), (2, 16, 9)], ids=str)
+def test_reorders_move_float_bits_unchanged(m, shape):
+    """The reorders move floats in 4 x 4 register blocks with no arithmetic: signalling
+    NaNs, denormals and -0 come through bit for bit, both ways."""
+    bits = np.random.default_rng(2).integers(0, 2**32, shape, dtype=np.uint64).astype(np.uint32)
+    bits.reshape(-1)[:4] = [0x7F800001, 0xFFBFFFFF, 0x00000001, 0x80000000]
+    x = bits.view(np.float32)
+    y = np.full((shape[0], -(-shape[1] // 16), shape[2], 16), np.nan, np.float32)
+    m.ndarray_to_n16cx_fp32(x, y, 1)
+    n, c, s = shape
+    want = np.zeros((n, -(-c // 16) * 16, s), np.uint32)
+    want[:, :c] = bits
+    want = want.reshape(n, -1, 16, s).transpose(0, 1, 3, 2)
+    assert y.view(np.uint32).tobytes() == np.ascontiguousarray(want).tobytes()
+    z = np.full_like(x, np.nan)
+    m.n16cx_to_ndarray_fp32(y, z, 1)
+    assert z.view(np.uint32).tobytes() == bits.tobytes()
