@@ -17,6 +17,8 @@ include "_kernel_support.pxi"
 cdef extern from "_transpose_fp32.h" nogil:
     void ppl_transpose_block(const float *x, Py_ssize_t ldx, float *y, Py_ssize_t ldy,
                              Py_ssize_t rows, Py_ssize_t cols)
+    void ppl_transpose_block_by_x_rows(const float *x, Py_ssize_t ldx, float *y, Py_ssize_t ldy,
+                                       Py_ssize_t rows, Py_ssize_t cols)
 
 
 cdef enum:
@@ -30,7 +32,7 @@ cdef void _to_n16cx_tile(const float* x, float* y, Py_ssize_t S, Py_ssize_t w,
                          int lanes) noexcept nogil:
     """y[j * 16 + l] = x[l * S + j] for j < w, l < lanes; lanes [lanes, 16) are set to 0."""
     cdef Py_ssize_t j
-    ppl_transpose_block(x, S, y, LANES, w, lanes)
+    ppl_transpose_block_by_x_rows(x, S, y, LANES, w, lanes)
     if lanes < LANES:
         for j in range(w):
             memset(y + j * LANES + lanes, 0, (LANES - lanes) * sizeof(float))

@@ -51,4 +51,26 @@ static inline void ppl_transpose_block(const float *x, ptrdiff_t ldx, float *y, 
         for (j = 0; j < cols; j++) y[i * ldy + j] = x[j * ldx + i];
 }
 
+/* The same, four rows of x at a time (so the loads run along x's rows, four streams): for a
+ * source whose rows lie a power of two apart, where reading across all of them at once
+ * keeps evicting them from L1 (the same cache set).  The NDARRAY -> N16CX reorder reads 16
+ * channel planes: (64, 16384) 0.34 -> 0.15 ms, the other shapes measured unchanged. */
+static inline void ppl_transpose_block_by_x_rows(const float *x, ptrdiff_t ldx, float *y,
+                                                 ptrdiff_t ldy, ptrdiff_t rows, ptrdiff_t cols) {
+    const ptrdiff_t rows4 = rows & ~(ptrdiff_t)3, cols4 = cols & ~(ptrdiff_t)3;
+    ptrdiff_t i, j;
+    for (j = 0; j < cols4; j += 4) {
+        for (i = 0; i < rows4; i += 4)
+            ppl_transpose4x4(x + j * ldx + i, ldx, y + i * ldy + j, ldy);
+        for (; i < rows; i++) {
+            y[i * ldy + j] = x[j * ldx + i];
+            y[i * ldy + j + 1] = x[(j + 1) * ldx + i];
+            y[i * ldy + j + 2] = x[(j + 2) * ldx + i];
+            y[i * ldy + j + 3] = x[(j + 3) * ldx + i];
+        }
+    }
+    for (; j < cols; j++)
+        for (i = 0; i < rows; i++) y[i * ldy + j] = x[j * ldx + i];
+}
+
 #endif /* PPL_TRANSPOSE_FP32_H */
