@@ -25,7 +25,8 @@
 # next items read the same head (its items are consecutive: the other query blocks of the
 # head, and the query heads sharing it under grouped-query attention); when one head's K
 # and V would not fit in WHOLE_KV_FLOATS, each key block is packed as it is used.  The row
-# work (max, exp and sum, softcap, the final scaling) is _attention_fp32.h's vector code.
+# work (max, exp and sum, the final scaling: _rows_fp32.h; softcap: _attention_fp32.h) is
+# vector code.
 #
 # bias_j is the attention mask (additive float, or bool: False -> -inf; keys past the
 # mask's length are masked), the causal and sliding-window frontiers (offset-aligned: query
@@ -55,11 +56,11 @@ include "_kernel_support.pxi"
 include "_brgemm_fp32.pxi"
 
 cdef extern from "_attention_fp32.h" nogil:
-    float ppl_attn_row_max(const float *s, Py_ssize_t n)
-    float ppl_attn_row_exp_sum(float *s, Py_ssize_t n, float m)
-    void ppl_attn_row_softmax_out(const float *x, float *y, Py_ssize_t n, float m, float inv)
+    float ppl_row_max(const float *s, Py_ssize_t n)
+    float ppl_row_exp_sum(const float *x, float *y, Py_ssize_t n, float m)
+    void ppl_row_softmax_out(const float *x, float *y, Py_ssize_t n, float m, float inv)
     void ppl_attn_row_softcap(float *s, Py_ssize_t n, float c)
-    void ppl_attn_row_scale(const float *x, float *y, Py_ssize_t n, float f)
+    void ppl_row_scale(const float *x, float *y, Py_ssize_t n, float f)
     void ppl_attn_prefetch(const float *p, Py_ssize_t n)
     Py_ssize_t ppl_attn_first_open(const float *m, Py_ssize_t n)
     Py_ssize_t ppl_attn_last_open(const float *m, Py_ssize_t n)
@@ -357,7 +358,7 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
             _apply_bias(a, b, h, i0 + r, j0, nj, offset, valid, row)
             if qkrow != NULL and a.qk_mode >= 2:
                 memcpy(qkrow, row, nj * sizeof(float))
-            mb = ppl_attn_row_max(row, nj)
+            mb = ppl_row_max(row, nj)
             if mb != mb or m[r] != m[r]:    # a NaN score: the row's output is NaN
                 m[r] = NAN
                 memset(row, 0, nj * sizeof(float))
@@ -369,9 +370,9 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
                 if m[r] > ninf:
                     alpha = exp_fp32(m[r] - mb)
                     l[r] = l[r] * alpha
-                    ppl_attn_row_scale(acc + r * dvp, acc + r * dvp, Dv, alpha)
+                    ppl_row_scale(acc + r * dvp, acc + r * dvp, Dv, alpha)
                 m[r] = mb
-            l[r] = l[r] + ppl_attn_row_exp_sum(row, nj, m[r])
+            l[r] = l[r] + ppl_row_exp_sum(row, row, nj, m[r])
         # acc += P V_j, one panel of value columns at a time.
         for pv in range(dvp // PPL_NB):
             nv = <int>min(<Py_ssize_t>PPL_NB, Dv - pv * PPL_NB)
@@ -397,9 +398,9 @@ cdef void _attention_item(const AttnArgs *a, Py_ssize_t item, float *work,
                     qkrow[e] = NAN
         elif m[r] > ninf:
             inv = one / l[r]
-            ppl_attn_row_scale(acc + r * dvp, yrow, Dv, inv)
+            ppl_row_scale(acc + r * dvp, yrow, Dv, inv)
             if qkrow != NULL:
-                ppl_attn_row_softmax_out(qkrow, qkrow, a.T, m[r], inv)
+                ppl_row_softmax_out(qkrow, qkrow, a.T, m[r], inv)
         else:               # no key attended: Y = 0 (and probabilities 0)
             memset(yrow, 0, Dv * sizeof(float))
             if qkrow != NULL:

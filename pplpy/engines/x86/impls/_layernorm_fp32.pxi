@@ -24,6 +24,9 @@ from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
 
+cdef extern from "_rows_fp32.h" nogil:
+    void ppl_row_softmax(const float *x, float *y, Py_ssize_t n, int log)
+
 
 cdef enum:
     LANES = 16
@@ -37,7 +40,6 @@ cdef enum:  # what _lane_sums adds up
     LANE_SUM = 0
     LANE_SQ_DEV = 1
     LANE_ABS = 2
-    LANE_EXP = 3
 
 cdef enum:
     AXIS_LOG_SOFTMAX = 0
@@ -52,9 +54,9 @@ cdef enum:
 cdef void _lane_sums(const float *x, Py_ssize_t rows, int kind, const float *shift,
                      double *out) noexcept nogil:
     """out[l] = the sum over ``rows`` rows of 16 lanes of f(x[r, l]): x (LANE_SUM), |x|
-    (LANE_ABS), (x - shift[l]) ** 2 (LANE_SQ_DEV) or exp(x - shift[l]) (LANE_EXP).  Float
-    partial sums, flushed into doubles every FLUSH rows, in loops with no branch inside, so
-    gcc keeps the 16 partial sums in one vector."""
+    (LANE_ABS) or (x - shift[l]) ** 2 (LANE_SQ_DEV).  Float partial sums, flushed into
+    doubles every FLUSH rows, in loops with no branch inside, so gcc keeps the 16 partial
+    sums in one vector."""
     cdef float part[LANES]
     cdef float m[LANES]
     cdef float d
@@ -76,15 +78,11 @@ cdef void _lane_sums(const float *x, Py_ssize_t rows, int kind, const float *shi
                 for l in range(LANES):
                     d = x[i * LANES + l] - m[l]
                     part[l] += d * d
-        elif kind == LANE_ABS:
+        else:
             for i in range(i0, i1):
                 for l in range(LANES):
                     d = x[i * LANES + l]
                     part[l] += d if d >= 0 else -d
-        else:
-            for i in range(i0, i1):
-                for l in range(LANES):
-                    part[l] += exp_fp32(x[i * LANES + l] - m[l])
         for l in range(LANES):
             out[l] += part[l]
         i0 = i1
@@ -109,10 +107,8 @@ cdef double _row_sum(const float *x, Py_ssize_t n, int kind, float m) noexcept n
             total += d
         elif kind == LANE_SQ_DEV:
             total += (d - m) * (d - m)
-        elif kind == LANE_ABS:
-            total += d if d >= 0 else -d
         else:
-            total += exp_fp32(d - m)
+            total += d if d >= 0 else -d
     return total
 
 
@@ -129,30 +125,6 @@ cdef inline double _sum_sq_dev(const float *x, Py_ssize_t n, float m) noexcept n
 cdef inline double _sum_abs(const float *x, Py_ssize_t n) noexcept nogil:
     """sum(|x|)"""
     return _row_sum(x, n, LANE_ABS, 0)
-
-
-cdef float _row_max(const float *x, Py_ssize_t n) noexcept nogil:
-    cdef float part[LANES]
-    cdef float m = x[0], v
-    cdef Py_ssize_t i, nb = n // LANES
-    cdef int l
-    if nb > 0:
-        for l in range(LANES):
-            part[l] = x[l]
-        for i in range(1, nb):
-            for l in range(LANES):
-                v = x[i * LANES + l]
-                part[l] = v if v > part[l] else part[l]
-        for l in range(LANES):
-            m = part[l] if part[l] > m else m
-    for i in range(nb * LANES, n):
-        m = x[i] if x[i] > m else m
-    return m
-
-
-cdef inline double _sum_exp(const float *x, Py_ssize_t n, float m) noexcept nogil:
-    """sum(exp(x - m))"""
-    return _row_sum(x, n, LANE_EXP, m)
 
 
 cdef void _expand(const float *src, const Py_ssize_t *dims, const Py_ssize_t *strides, int ndim,
@@ -745,13 +717,10 @@ cdef struct AxisArgs:
 
 
 cdef void _axis_row(const float *x, float *y, Py_ssize_t n, int kind) noexcept nogil:
-    cdef float m, d, s, zero = 0, one = 1
+    cdef float s, zero = 0, one = 1
     cdef Py_ssize_t i, best
     if kind == AXIS_LOG_SOFTMAX:
-        m = _row_max(x, n)
-        d = logf(<float>_sum_exp(x, n, m))
-        for i in range(n):
-            y[i] = (x[i] - m) - d    # x - m first: it is exact near the maximum
+        ppl_row_softmax(x, y, n, 1)
     elif kind == AXIS_HARDMAX:
         best = 0
         for i in range(1, n):

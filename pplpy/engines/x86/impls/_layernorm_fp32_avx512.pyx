@@ -1,1 +1,6 @@
+# layernorm_fp32 for the avx512 tier: the body is _layernorm_fp32.pxi, vectors of 16 floats.
+cdef extern from *:
+    """
+    #define PPL_VLEN 16
+    """
 include "_layernorm_fp32.pxi"

@@ -1,1 +1,6 @@
+# layernorm_fp32 for the fma tier: the body is _layernorm_fp32.pxi, vectors of 8 floats.
+cdef extern from *:
+    """
+    #define PPL_VLEN 8
+    """
 include "_layernorm_fp32.pxi"

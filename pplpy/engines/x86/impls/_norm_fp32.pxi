@@ -30,6 +30,9 @@ from pplpy.runtime.step import run_steps
 
 include "_kernel_support.pxi"
 
+cdef extern from "_rows_fp32.h" nogil:
+    void ppl_row_softmax(const float *x, float *y, Py_ssize_t n, int log)
+
 
 cdef enum:
     # Softmax over a strided axis works on up to this many columns at a time (stack buffers).
@@ -327,72 +330,13 @@ def batchnorm_n16cx_fp32(const float[:, :, :, ::1] x, const float[::1] scale,
 # ---------------------------------------------------------------------------------------
 # Softmax and LogSoftmax along the middle axis of (outer, n, inner).
 #
-# inner == 1 (softmax over the last axis): a work item is one contiguous row, reduced with
-# 16 partial maxima and sums.  Otherwise an item is a tile of up to `tile` columns of one
+# inner == 1 (softmax over the last axis): a work item is one contiguous row, reduced by the
+# vector row operations of _rows_fp32.h.  Otherwise an item is a tile of up to `tile` columns of one
 # outer index, reduced together, the loop over columns being the contiguous, vectorised
 # one.  (A single long row is one item: splitting it needs two steps.)
 
-cdef float _row_max(const float* x, Py_ssize_t n) noexcept nogil:
-    cdef float part[LANES]
-    cdef float m = x[0], v
-    cdef Py_ssize_t i, nb = n // LANES
-    cdef int l
-    if nb > 0:
-        for l in range(LANES):
-            part[l] = x[l]
-        for i in range(1, nb):
-            for l in range(LANES):
-                v = x[i * LANES + l]
-                part[l] = v if v > part[l] else part[l]
-        for l in range(LANES):
-            m = part[l] if part[l] > m else m
-    for i in range(nb * LANES, n):
-        m = x[i] if x[i] > m else m
-    return m
-
-
-cdef float _row_exp_sum(const float* x, float* y, Py_ssize_t n, float m) noexcept nogil:
-    """Return sum(exp(x - m)); y = exp(x - m) unless y is NULL."""
-    cdef float part[LANES]
-    cdef float e
-    cdef double total = 0
-    cdef Py_ssize_t i, nb = n // LANES
-    cdef int l
-    for l in range(LANES):
-        part[l] = 0
-    for i in range(nb):
-        for l in range(LANES):
-            e = exp_fp32(x[i * LANES + l] - m)
-            if y != NULL:
-                y[i * LANES + l] = e
-            part[l] += e
-        if i % 64 == 63:
-            # Hand the float partial sums to a double every 1024 terms: a float sum of
-            # 70,000 terms was off by 6e-6.
-            for l in range(LANES):
-                total += part[l]
-                part[l] = 0
-    for l in range(LANES):
-        total += part[l]
-    for i in range(nb * LANES, n):
-        e = exp_fp32(x[i] - m)
-        if y != NULL:
-            y[i] = e
-        total += e
-    return <float>total
-
-
 cdef void _softmax_row(const float* x, float* y, Py_ssize_t n, bint log) noexcept nogil:
-    cdef float m = _row_max(x, n), s, d
-    cdef Py_ssize_t i
-    if log:
-        d = logf(_row_exp_sum(x, NULL, n, m))
-        for i in range(n):
-            y[i] = (x[i] - m) - d    # x - m first: it is exact near the maximum
-    else:
-        s = 1 / _row_exp_sum(x, y, n, m)
-        for i in range(n):
-            y[i] = y[i] * s
+    ppl_row_softmax(x, y, n, log)
 
 
 cdef void _softmax_columns(const float* x, float* y, Py_ssize_t n, Py_ssize_t inner,

@@ -117,6 +117,36 @@ def test_softmax_is_stable_for_large_inputs(m):
     np.testing.assert_allclose(y.ravel()[:2], np.log(e[:2] / e.sum()), rtol=1e-6)
 
 
+@pytest.mark.parametrize("n", [5, 37, 196])
+def test_softmax_rows_with_infinities_and_nan_follow_the_definition(m, n):
+    """A row's maximum is subtracted first (ONNX's definition): -inf entries give 0 (log:
+    -inf) beside a finite maximum; a row holding NaN or +inf, or -inf everywhere, comes out
+    NaN everywhere, as x - max does in float64 numpy.  The row positions cover the vector
+    body and the masked tail."""
+    rows = np.random.default_rng(5).standard_normal((6, n)).astype(np.float32)
+    rows[0, [0, n - 1]] = -np.inf
+    rows[1, n // 2] = np.nan
+    rows[2, n - 1] = np.inf
+    rows[3] = -np.inf
+    rows[4, 1] = np.nan
+    rows[4, 2] = np.inf
+    x = rows.reshape(6, n, 1)
+    x64 = rows.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        shifted = x64 - x64.max(1, keepdims=True)
+        e = np.exp(shifted)
+        want = e / e.sum(1, keepdims=True)
+        want_log = shifted - np.log(e.sum(1, keepdims=True))
+    for kernel, expect in ((m.softmax_fp32, want), (m.log_softmax_fp32, want_log)):
+        y = np.empty_like(x)
+        kernel(x, y, 1)
+        got = y.reshape(6, n)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expect))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(expect))
+        finite = np.isfinite(expect)
+        np.testing.assert_allclose(got[finite], expect[finite], rtol=3e-6, atol=1e-9)
+
+
 def _lrn_numpy(x, size, alpha, beta, bias):
     """ONNX LRN's formula; onnx.reference's LRN loops over axis 0 instead of channels, so
     it is right only when N == C."""

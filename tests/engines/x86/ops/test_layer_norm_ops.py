@@ -293,6 +293,22 @@ def test_log_softmax_and_hardmax(op_type, opset, shape, axis, isa, tmp_path):
     check(model, {"x": x}, isa, tmp_path, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+def test_softmax_rows_with_infinities_and_nan(op_type, isa, tmp_path):
+    """Rows with -inf entries, a NaN, a +inf, or -inf everywhere, along the last axis (the
+    vector row path): as onnx.reference computes them (x - max first)."""
+    x = randn(5, 37) * 3
+    x[0, [0, 36]] = -np.inf
+    x[1, 18] = np.nan
+    x[2, 36] = np.inf
+    x[3] = -np.inf
+    node = helper.make_node(op_type, ["x"], ["y"], axis=-1)
+    model = model_of(node, {"x": x}, {}, 13)
+    with np.errstate(invalid="ignore"):
+        check(model, {"x": x}, isa, tmp_path, None, rtol=1e-5, atol=1e-6)
+
+
 def test_shape_cache_keeps_the_most_recent_entries():
     from pplpy.engines.x86.ops.kernel import ShapeCache
 
