@@ -51,6 +51,10 @@ from pplpy.runtime.step import run_steps
 include "_kernel_support.pxi"
 include "_brgemm_fp32.pxi"  # the post-op chain declarations (_post_chain_fp32.pxi)
 
+cdef extern from "_rows_fp32.h" nogil:
+    float ppl_row_max(const float *s, Py_ssize_t n)
+    float ppl_row_min(const float *s, Py_ssize_t n)
+
 
 cdef enum:
     MAXD = 16           # largest rank handled (physical rank for N16CX)
@@ -372,11 +376,11 @@ cdef void _lin_cols(const num_t *x, const Geometry *g, Py_ssize_t base, Py_ssize
             if kind == K_MAX:
                 for j in range(w):
                     v = p[j]
-                    out[j] = v if v > out[j] or v != v else out[j]   # NaN sticks
+                    out[j] = v if (v > out[j]) | (v != v) else out[j]   # NaN sticks
             elif kind == K_MIN:
                 for j in range(w):
                     v = p[j]
-                    out[j] = v if v < out[j] or v != v else out[j]
+                    out[j] = v if (v < out[j]) | (v != v) else out[j]
             elif kind == K_PROD:
                 for j in range(w):
                     out[j] = out[j] * p[j]
@@ -391,8 +395,17 @@ cdef num_t _lin_contig(const num_t *x, const Geometry *g, Py_ssize_t base, int k
     cdef num_t lanes[LANES]
     cdef Py_ssize_t q, i, nb = g.R // LANES
     cdef const num_t *p
-    cdef num_t v
+    cdef num_t v, m
     cdef int l
+    if num_t is float:
+        if kind == K_MAX or kind == K_MIN:     # vector code, NaN sticking (_rows_fp32.h)
+            v = ident
+            for q in range(g.Q):
+                p = x + base + _red_offset(g, q)
+                m = ppl_row_max(p, g.R) if kind == K_MAX else ppl_row_min(p, g.R)
+                if (m != m) | ((m > v) if kind == K_MAX else (m < v)):
+                    v = m
+            return v
     for l in range(LANES):
         lanes[l] = ident
     for q in range(g.Q):
@@ -401,7 +414,7 @@ cdef num_t _lin_contig(const num_t *x, const Geometry *g, Py_ssize_t base, int k
             for i in range(nb):
                 for l in range(LANES):
                     v = p[i * LANES + l]
-                    lanes[l] = v if v > lanes[l] or v != v else lanes[l]
+                    lanes[l] = v if (v > lanes[l]) | (v != v) else lanes[l]
             for i in range(nb * LANES, g.R):
                 v = p[i]
                 lanes[0] = v if v > lanes[0] or v != v else lanes[0]
@@ -409,7 +422,7 @@ cdef num_t _lin_contig(const num_t *x, const Geometry *g, Py_ssize_t base, int k
             for i in range(nb):
                 for l in range(LANES):
                     v = p[i * LANES + l]
-                    lanes[l] = v if v < lanes[l] or v != v else lanes[l]
+                    lanes[l] = v if (v < lanes[l]) | (v != v) else lanes[l]
             for i in range(nb * LANES, g.R):
                 v = p[i]
                 lanes[0] = v if v < lanes[0] or v != v else lanes[0]

@@ -1,11 +1,13 @@
-/* Row operations on vectors of PPL_VLEN floats: maximum, exp-and-sum, scaling, softmax.
+/* Row operations on vectors of PPL_VLEN floats: maximum and minimum, exp-and-sum, scaling,
+ * softmax.
  *
  * Shared by the attention kernel's online softmax (_attention_fp32.h: the rows of its score
- * tile) and the stand-alone Softmax / LogSoftmax over a contiguous axis (_norm_fp32.pxi,
- * _layernorm_fp32.pxi).  Written with GCC vector extensions and the vector exp of
- * _activation_fp32.h, because Cython loops calling a scalar exp with branches stay scalar or
- * keep their partial sums in memory: the Softmax op's rows ran at 0.87 ns a float where
- * ONNX Runtime's take 0.38 (12 x 196 rows of 196, Zen 4).  A row of n floats is whole
+ * tile), the stand-alone Softmax / LogSoftmax over a contiguous axis (_norm_fp32.pxi,
+ * _layernorm_fp32.pxi) and ReduceMax / ReduceMin over contiguous runs (_reduce_fp32.pxi).
+ * Written with GCC vector extensions and the vector exp of _activation_fp32.h, because Cython
+ * loops with a scalar exp or a NaN test in them stay scalar or keep their partial results in
+ * memory: the Softmax op's rows ran at 0.87 ns a float where ONNX Runtime's take 0.38 (12 x
+ * 196 rows of 196, Zen 4), ReduceMax over rows of 768 at 1.4 ns a float, branching on each.  A row of n floats is whole
  * vectors then one tail vector read no further than n (padded with a neutral value), so no
  * memory past the row is touched.  The including file defines PPL_VLEN and compiles with its
  * tier's flags.
@@ -88,22 +90,46 @@ PPL_ACT_INLINE float ppl_row_hmax(ppl_vf v) {
     return v[0];
 }
 
+/* The smaller of a and b lane by lane, NaN if either is. */
+#define PPL_ROW_MIN(a, b) ppl_act_select(((b) < (a)) | ((b) != (b)), (b), (a))
+
+PPL_ACT_INLINE float ppl_row_hmin(ppl_vf v) {
+    PPL_ROW_TREE(v, PPL_ROW_MIN);
+    return v[0];
+}
+
+/* max(s[0..n)) (is_max, a constant) or min; NaN if any s[j] is; -inf (+inf for min) for an
+ * empty row, or a row of -inf (+inf) only.  Four running vectors: each step of one waits for
+ * the last (compares, then a select), and with two the loop ran at that latency (ReduceMax
+ * over rows of 768: 0.27 ms for 3136 rows, 0.20 with four). */
+PPL_ACT_INLINE float ppl_row_extreme(const float *s, ptrdiff_t n, const int is_max) {
+    const float fill = is_max ? -__builtin_inff() : __builtin_inff();
+    ppl_vf m0 = ppl_act_splat(fill), m1 = m0, m2 = m0, m3 = m0;
+#define PPL_ROW_TAKE(m, x) m = is_max ? PPL_ROW_MAX(m, x) : PPL_ROW_MIN(m, x)
+    ptrdiff_t j = 0;
+    for (; j + 4 * PPL_VLEN <= n; j += 4 * PPL_VLEN) {
+        PPL_ROW_TAKE(m0, ppl_act_load(s + j));
+        PPL_ROW_TAKE(m1, ppl_act_load(s + j + PPL_VLEN));
+        PPL_ROW_TAKE(m2, ppl_act_load(s + j + 2 * PPL_VLEN));
+        PPL_ROW_TAKE(m3, ppl_act_load(s + j + 3 * PPL_VLEN));
+    }
+    for (; j + PPL_VLEN <= n; j += PPL_VLEN) PPL_ROW_TAKE(m1, ppl_act_load(s + j));
+    if (j < n) PPL_ROW_TAKE(m2, ppl_row_load_fill(s + j, n - j, fill));
+    PPL_ROW_TAKE(m0, m1);
+    PPL_ROW_TAKE(m2, m3);
+    PPL_ROW_TAKE(m0, m2);
+#undef PPL_ROW_TAKE
+    return is_max ? ppl_row_hmax(m0) : ppl_row_hmin(m0);
+}
+
 /* max(s[0..n)); NaN if any s[j] is; -inf for an empty or all -inf (fully masked) row. */
 static __attribute__((unused)) float ppl_row_max(const float *s, ptrdiff_t n) {
-    const float ninf = -__builtin_inff();
-    ppl_vf m0 = ppl_act_splat(ninf), m1 = m0;
-    ptrdiff_t j = 0;
-    for (; j + 2 * PPL_VLEN <= n; j += 2 * PPL_VLEN) {
-        const ppl_vf x0 = ppl_act_load(s + j), x1 = ppl_act_load(s + j + PPL_VLEN);
-        m0 = PPL_ROW_MAX(m0, x0);
-        m1 = PPL_ROW_MAX(m1, x1);
-    }
-    for (; j < n; j += PPL_VLEN) {
-        const ptrdiff_t r = n - j < PPL_VLEN ? n - j : PPL_VLEN;
-        const ppl_vf x = ppl_row_load_fill(s + j, r, ninf);
-        m0 = PPL_ROW_MAX(m0, x);
-    }
-    return ppl_row_hmax(PPL_ROW_MAX(m0, m1));
+    return ppl_row_extreme(s, n, 1);
+}
+
+/* min(s[0..n)); NaN if any s[j] is; +inf for an empty row or one of +inf only. */
+static __attribute__((unused)) float ppl_row_min(const float *s, ptrdiff_t n) {
+    return ppl_row_extreme(s, n, 0);
 }
 
 /* Float partial sums are handed to a double every PPL_ROW_FLUSH floats of a row: a float sum

@@ -128,6 +128,33 @@ def test_long_float_sums_stay_accurate(variant, shape, axes, threads):
     np.testing.assert_allclose(got, want / (x.size / want.size), rtol=2e-6)
 
 
+@pytest.mark.parametrize("kind", ["max", "min"])
+@pytest.mark.parametrize("shape,axes", [((8, 768), (1,)), ((8, 17), (1,)), ((8, 65), (1,)),
+                                        ((8, 1), (1,)), ((5, 8, 70), (0, 2))], ids=str)
+def test_max_and_min_over_contiguous_runs_keep_nan_and_infinities(variant, kind, shape, axes):
+    """Max / Min over contiguous runs (the vector row code): a NaN anywhere in a reduced set
+    gives NaN, +-inf count as values, a set of -inf (max) or +inf (min) only gives that, at
+    the first, middle and last position of the runs (vector body and tail); with axes that are
+    not adjacent each output combines several runs the same way."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    # one row per output: x itself, or for (0, 2) a copy written back below
+    sets = np.moveaxis(x, 1, 0).reshape(8, -1) if axes == (0, 2) else x
+    n = sets.shape[1]
+    sets[1, n - 1] = np.nan
+    sets[2, 0] = np.inf
+    sets[3, n // 2] = -np.inf
+    sets[4] = -np.inf if kind == "max" else np.inf
+    sets[5, n // 2] = np.nan
+    sets[6] = np.nan
+    sets[7, 0] = -np.inf
+    if axes == (0, 2):
+        x = np.ascontiguousarray(np.moveaxis(sets.reshape(8, shape[0], shape[2]), 0, 1))
+    want = _reference(kind, x, axes)
+    y = np.full(want.shape, 7.0, np.float32)
+    variant.reduce(kind, x, y, axes=list(axes), num_threads=1)
+    np.testing.assert_array_equal(y, want)
+
+
 def test_log_sum_exp_subtracts_the_max(variant):
     x = np.array([[1000, 1000.5, 999], [-1000, -1001, -np.inf],
                   [-np.inf, -np.inf, -np.inf], [np.inf, 0, 1]], np.float32)
