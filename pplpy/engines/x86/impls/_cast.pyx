@@ -7,9 +7,11 @@
 # Semantics are C's, which are numpy's on x86: float -> int truncates toward zero; a float
 # that does not fit the integer type (or NaN) gives whatever the conversion instruction gives
 # (ONNX leaves it undefined); int -> narrower int wraps; anything -> bool is x != 0; bool is
-# read as 0 / 1.  float16 (gcc's _Float16, converted in software by libgcc with
-# round-to-nearest-even, as numpy does) goes through float32 on the way in and float64 on the
-# way out, in chunks on the stack; both are exact except int64 beyond 2^53 into float16.
+# read as 0 / 1.  float16 goes through float32 on the way in and float64 on the way out, in
+# chunks on the stack (both exact except int64 beyond 2^53 into float16), rounding to nearest
+# even as numpy does; float32 <-> float16 itself is _float16.h's bit arithmetic, vectorised
+# (gcc's _Float16 converts through libgcc an element at a time: 100x slower), other types
+# into float16 go from double through _Float16 (a float step first would round twice).
 
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -22,6 +24,10 @@ from pplpy.runtime.step import run_steps
 
 cdef extern from *:
     ctypedef float half "_Float16"
+
+cdef extern from "_float16.h" nogil:
+    void ppl_floats_to_halves(const float *x, uint16_t *y, Py_ssize_t n)
+    void ppl_halves_to_floats(const uint16_t *x, float *y, Py_ssize_t n)
 
 include "_onnx_types.pxi"
 
@@ -124,16 +130,18 @@ cdef void cast_half(const char *x, int code, char *y, Py_ssize_t n, int to) noex
     cdef float f[CHUNK]
     cdef double d[CHUNK]
     cdef Py_ssize_t b = 0, m, i
-    cdef const half *hx = <const half *>x
     cdef half *hy = <half *>y
     while b < n:
         m = min(n - b, <Py_ssize_t>CHUNK)
         if code == T_FLOAT16 and to == T_FLOAT16:
             memcpy(y + b * 2, x + b * 2, m * 2)
+        elif code == T_FLOAT16 and to == T_FLOAT:
+            ppl_halves_to_floats(<const uint16_t *>(x + b * 2), <float *>(y + b * 4), m)
         elif code == T_FLOAT16:
-            for i in range(m):
-                f[i] = <float>hx[b + i]
+            ppl_halves_to_floats(<const uint16_t *>(x + b * 2), f, m)
             cast_any(<const char *>f, T_FLOAT, y + b * SIZE_OF(to), m, to)
+        elif code == T_FLOAT:
+            ppl_floats_to_halves(<const float *>(x + b * 4), <uint16_t *>(y + b * 2), m)
         else:
             cast_any(x + b * SIZE_OF(code), code, <char *>d, m, T_DOUBLE)
             for i in range(m):
