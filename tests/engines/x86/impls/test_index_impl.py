@@ -172,6 +172,37 @@ def test_topk(dtype, num_threads):
     np.testing.assert_array_equal(v, np.take_along_axis(x, order, 1))
 
 
+def _rank_order(row, largest):
+    """Indices best first: NaN first (largest) or last, ties by lower index."""
+    nan = np.isnan(row.astype(np.float64))
+    if largest:
+        return sorted(range(row.size), key=lambda i: (not nan[i], 0 if nan[i] else -row[i], i))
+    return sorted(range(row.size), key=lambda i: (bool(nan[i]), 0 if nan[i] else row[i], i))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("n,k", [(400, 1), (400, 7), (400, 100), (400, 101), (400, 400),
+                                 (5, 1), (4, 1), (9, 0)], ids=str)
+def test_topk_selects_and_sorts_with_ties_nan_and_strides(dtype, largest, n, k):
+    """k at most a quarter of the axis goes through a heap of the k best, more through a
+    sort of the whole axis: both give the order of a stable sort, ties by lower index, NaN
+    above every number, along a strided axis (inner 3) too."""
+    rng = np.random.default_rng(n * 7 + k)
+    x = rng.integers(-5, 6, (2, n, 3)).astype(dtype)   # many ties
+    if dtype == np.float32:
+        x[rng.random(x.shape) < 0.1] = np.nan
+        x[0, n // 2, 0], x[1, 0, 2] = np.inf, -np.inf
+    v = np.empty((2, k, 3), dtype)
+    i = np.empty((2, k, 3), np.int64)
+    _index.topk(x, k, 1, v, i, largest, 2)
+    for o in range(2):
+        for c in range(3):
+            want = np.array(_rank_order(x[o, :, c], largest)[:k], np.int64)
+            np.testing.assert_array_equal(i[o, :, c], want)
+            np.testing.assert_array_equal(v[o, :, c], x[o, want, c])
+
+
 def test_nonzero():
     x = np.array([[0.0, -0.0, 2.0], [np.nan, 0.0, 1.0]], np.float32)
     y = np.empty((2, 3), np.int64)
