@@ -38,6 +38,28 @@ def test_binmath(binmath, name, ref, shapes, threads):
     np.testing.assert_allclose(y, ref(a, b), rtol=3e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("e", [2.0, 1.0, 0.5, -1.0])
+@pytest.mark.parametrize("shape_a", [(257,), (1,), (3, 1)], ids=str)
+def test_pow_by_a_broadcast_exponent_is_exact(binmath, e, shape_a):
+    """A broadcast exponent of 2, 1, 0.5 or -1 runs as a * a, a, sqrt(a), 1 / a: the exact
+    power rounded once to float32 (float64's pow, rounded; numpy's float32 power is itself
+    off by an ulp on a tenth of these), with C's special values (-0 and -inf under 0.5 give
+    +0 and +inf, negative bases under 0.5 NaN, zeros under -1 signed infinities)."""
+    special = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -3.5, 1e-30, -1e30, np.inf, -np.inf,
+                        np.nan, 3e38], np.float32)
+    a = RNG.standard_normal(shape_a).astype(np.float32) * 100
+    a.flat[:min(a.size, special.size)] = special[:a.size]
+    b = np.array([e], np.float32)
+    # (3, 1) also into (3, 4): the base itself broadcast (stride 0)
+    for out_shape in {a.shape, (3, 4) if shape_a == (3, 1) else a.shape}:
+        y = np.empty(out_shape, np.float32)
+        binmath.broadcast(binmath.POW, a, b, y, 1)
+        with np.errstate(all="ignore"):
+            exact = np.power(a.astype(np.float64), np.full(a.shape, e))
+            want = np.broadcast_to(exact.astype(np.float32), out_shape)
+        assert y.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
 def test_binmath_checks(binmath):
     a = np.ones(4, np.float32)
     with pytest.raises(ValueError, match="reaches element"):
