@@ -756,14 +756,16 @@ cdef struct PadArgs:
     Py_ssize_t rank           # >= 1
     Py_ssize_t dims[MAX_RANK]
     const int64_t *tables[MAX_RANK]   # source byte offset of output index i along dim k; < 0: pad
+    const int64_t *runs       # the innermost table as runs: (source offset or -1, entries)
+    Py_ssize_t n_runs
 
 
 cdef void pad_step(const void *a, int tid, int nthreads) noexcept nogil:
     cdef const PadArgs *args = <const PadArgs *>a
     cdef Py_ssize_t last = args.rank - 1, inner = args.dims[last], chunk = args.chunk
-    cdef Py_ssize_t rows = 1, b, e, row, q, k, j, run, off
+    cdef Py_ssize_t rows = 1, b, e, row, q, k, j, r, run, off
     cdef Py_ssize_t idx[MAX_RANK]
-    cdef const int64_t *t = args.tables[last]
+    cdef const int64_t *runs = args.runs
     cdef char *dst
     cdef bint valid
     for k in range(last):
@@ -789,15 +791,12 @@ cdef void pad_step(const void *a, int tid, int nthreads) noexcept nogil:
             fill_pattern(dst, inner * chunk // args.es, args.value, args.es)
         else:
             j = 0
-            while j < inner:
-                if t[j] < 0:
-                    fill_pattern(dst + j * chunk, chunk // args.es, args.value, args.es)
-                    j += 1
-                    continue
-                run = 1      # a run of consecutive sources is one memcpy
-                while j + run < inner and t[j + run] == t[j] + run * chunk:
-                    run += 1
-                memcpy(dst + j * chunk, args.src + off + t[j], run * chunk)
+            for r in range(args.n_runs):
+                run = runs[2 * r + 1]
+                if runs[2 * r] < 0:
+                    fill_pattern(dst + j * chunk, run * chunk // args.es, args.value, args.es)
+                else:
+                    memcpy(dst + j * chunk, args.src + off + runs[2 * r], run * chunk)
                 j += run
         k = last - 1
         while k >= 0:
@@ -841,7 +840,9 @@ def make_pad_step(size_t dst, size_t src, size_t value, Py_ssize_t es, in_dims, 
     if total == 0:
         offsets = [np.zeros(0, np.int64)]
         rank = 1
-    cdef Step step = new_step(pad_step, sizeof(PadArgs), _parallel(total * es), offsets)
+    runs = _table_runs(offsets[rank - 1], chunk)
+    cdef Step step = new_step(pad_step, sizeof(PadArgs), _parallel(total * es),
+                              offsets + [runs])
     cdef PadArgs *args = <PadArgs *>step.args
     cdef int64_t[::1] view
     args.dst = <char *>dst
@@ -855,7 +856,28 @@ def make_pad_step(size_t dst, size_t src, size_t value, Py_ssize_t es, in_dims, 
         if offsets[k].size:
             view = offsets[k]
             args.tables[k] = &view[0]
+    args.n_runs = runs.shape[0]
+    if args.n_runs:
+        view = runs.reshape(-1)
+        args.runs = &view[0]
     return step
+
+
+def _table_runs(offsets, Py_ssize_t chunk):
+    """The innermost table as (source byte offset, entries) runs, (-1, entries) for padding:
+    a run of sources chunk bytes apart is one memcpy, a run of padding one fill.  Worked out
+    once here; the step used to find the runs by comparing entries on every output row
+    (0.38 ms for a 1-pixel pad of (1, 64, 112, 112), ONNX Runtime's 0.14)."""
+    t = np.asarray(offsets, np.int64)
+    if t.size == 0:
+        return np.zeros((0, 2), np.int64)
+    pad = t < 0
+    start = np.ones(t.size, bool)
+    start[1:] = (pad[1:] != pad[:-1]) | (~pad[1:] & (t[1:] != t[:-1] + chunk))
+    first = np.flatnonzero(start)
+    length = np.diff(np.append(first, t.size))
+    return np.ascontiguousarray(np.stack([np.where(pad[first], -1, t[first]), length], 1),
+                                np.int64)
 
 
 def pad_table(Py_ssize_t dim, Py_ssize_t begin, Py_ssize_t end, str mode):
