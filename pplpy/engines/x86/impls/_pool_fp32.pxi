@@ -34,6 +34,7 @@
 
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
+from libc.string cimport memcpy
 from pplpy.runtime.step cimport Step, new_step, ppl_partition
 
 import numpy as _numpy  # (private: the module's public names are its kernels)
@@ -52,6 +53,8 @@ cdef enum:
     # Work (floats read or window taps) below which a step runs serially: a fork and join
     # cost more than they save.
     PARALLEL_MIN = 65536
+    # Input rows at most this wide are combined down the window first (_pool_row).
+    COLUMN_ROW_MAX = 4096
 
 cdef enum PoolKind:
     POOL_MAX = 0
@@ -264,6 +267,29 @@ cdef inline void _update_row(int kind, Py_ssize_t lanes, float* y, const float* 
         _max_into_blocks(y, x, n, stride)
 
 
+cdef void _column_combine(int kind, const float* x, Py_ssize_t W, Py_ssize_t H,
+                          Py_ssize_t start_d, Py_ssize_t dil_d, Py_ssize_t kd0, Py_ssize_t nd,
+                          Py_ssize_t start_h, Py_ssize_t dil_h, Py_ssize_t kh0, Py_ssize_t nh,
+                          float* column) noexcept nogil:
+    """column[j] = max (or sum) over the window's valid (kd, kh) input rows of row[j], j < W
+    (NDARRAY: the rows are contiguous)."""
+    cdef Py_ssize_t kd, kh, j
+    cdef const float* xrow
+    cdef bint first = True
+    for kd in range(kd0, kd0 + nd):
+        for kh in range(kh0, kh0 + nh):
+            xrow = x + ((start_d + kd * dil_d) * H + start_h + kh * dil_h) * W
+            if first:
+                memcpy(column, xrow, W * sizeof(float))
+                first = False
+            elif kind == POOL_AVG:
+                for j in range(W):
+                    column[j] += xrow[j]
+            else:
+                for j in range(W):
+                    column[j] = _max_nan(xrow[j], column[j])
+
+
 cdef void _max_index_taps(const float* xrow, float* yrow, int64_t* irow, int64_t row_index,
                           int64_t w_step, const Window* w) noexcept nogil:
     """Fold one input row's taps into a max row and its ONNX Indices (first maximum wins)."""
@@ -300,6 +326,7 @@ cdef void _pool_row(const _PoolArgs* a, Py_ssize_t plane, Py_ssize_t od,
     cdef int64_t* irow = NULL
     cdef int64_t w_step = 0, base = 0
     cdef float init = 0.0 if a.kind == POOL_AVG else -INFINITY
+    cdef float column[COLUMN_ROW_MAX]
     for j in range(OW * L):
         yrow[j] = init
     if a.kind == POOL_MAX_INDEX:
@@ -310,6 +337,19 @@ cdef void _pool_row(const _PoolArgs* a, Py_ssize_t plane, Py_ssize_t od,
             irow[j] = -1
         w_step = D * H if a.column_major else 1
         base = plane * a.in_plane
+    if L == 1 and a.kind != POOL_MAX_INDEX and nd * nh > 1 and W <= COLUMN_ROW_MAX:
+        # NDARRAY: combine the window's input rows first (max or sum, along whole contiguous
+        # rows), then the W taps once over that row: a call per tap and row on rows of a few
+        # dozen outputs cost more than its work (a 3 x 3 / 2 MaxPool of (1, 64, 112, 112)
+        # took 0.60 ms, ONNX Runtime's 0.16).  Max and sum are both separable.
+        _column_combine(a.kind, x, W, H, start_d, w.dilation[0], kd0, nd, start_h,
+                        w.dilation[1], kh0, nh, column)
+        for kw in range(w.kernel[2]):
+            o0, o1 = a.w_ranges[2 * kw], a.w_ranges[2 * kw + 1]
+            if o1 > o0:
+                offset = kw * w.dilation[2] - w.pad_begin[2]
+                _update_row(a.kind, 1, yrow + o0, column + o0 * sw + offset, o1 - o0, sw)
+        nd = 0      # the taps are done
     for kd in range(kd0, kd0 + nd):
         id_ = start_d + kd * w.dilation[0]
         for kh in range(kh0, kh0 + nh):
