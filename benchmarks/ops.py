@@ -43,7 +43,8 @@ def _i64(*values):
     return np.array(values, np.int64)
 
 
-# name: (op type, {input: array}, attributes, {initializer: array}, opset, outputs)
+# name: (op type, {input: array}, attributes, {initializer: array}, opset, outputs); the
+# node reads the model inputs, then the initializers, unless NODE_INPUTS names its own order.
 IMAGE = (1, 64, 112, 112)     # a stage-1 CNN activation
 TOKENS = (1, 3136, 768)       # 56 x 56 tokens of a vision transformer's width
 CASES = {
@@ -75,9 +76,9 @@ CASES = {
                           {"axis": 1}, {}, 17, 1),
     "Slice (half the channels)": ("Slice", {"a": _f(*TOKENS)}, {},
                                   {"st": _i64(0), "en": _i64(384), "ax": _i64(2)}, 17, 1),
-    "Gather (512 embedding rows)": ("Gather", {"a": _f(30522, 768)}, {"axis": 0},
+    "Gather (512 embedding rows)": ("Gather",
                                     {"i": RNG.integers(0, 30522, (1, 512)).astype(np.int64)},
-                                    17, 1),
+                                    {"axis": 0}, {"table": _f(30522, 768)}, 17, 1),
     "MaxPool 3x3 /2 (NCHW)": ("MaxPool", {"a": _f(*IMAGE)},
                               {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}, {},
                               17, 1),
@@ -87,8 +88,12 @@ CASES = {
 }
 
 
+# The embedding table is a weight, as in a model (fed, it would be copied in on every run).
+NODE_INPUTS = {"Gather": ["table", "i"]}
+
+
 def one_node_model(op_type, inputs, attrs, inits, opset, outputs, out_types):
-    node = helper.make_node(op_type, list(inputs) + list(inits),
+    node = helper.make_node(op_type, NODE_INPUTS.get(op_type, list(inputs) + list(inits)),
                             [f"y{i}" for i in range(outputs)], **attrs)
     graph = helper.make_graph(
         [node], op_type,
