@@ -303,6 +303,23 @@ def test_unsqueeze_axes_fed_as_input_and_computed_by_a_node(tmp_path, isa):
         rt.run({"x": x, "a1": np.array([0]), "a2": np.array([1])})
 
 
+@pytest.mark.parametrize("op_type, axis", [("Unsqueeze", -1), ("Unsqueeze", 0),
+                                           ("Squeeze", 1), ("Squeeze", -2)])
+def test_squeeze_unsqueeze_take_a_scalar_axes(tmp_path, isa, op_type, axis):
+    """A rank-0 axes is one axis (ONNX Runtime's reading; ONNX's AffineGrid function passes
+    one to Unsqueeze).  onnx.reference takes it for Unsqueeze only: numpy is Squeeze's."""
+    model = make_model(
+        [helper.make_node(op_type, ["x", "axes"], ["y"])],
+        [value_info("x", np.float32, (2, 1, 3))],
+        [value_info("y", np.float32, None)],
+        [("axes", np.array(axis, np.int64))],
+        opset=13,
+    )
+    x = np.arange(6, dtype=np.float32).reshape(2, 1, 3)
+    want = [np.squeeze(x, axis)] if op_type == "Squeeze" else None
+    check(tmp_path, model, {"x": x}, isa, want=want)
+
+
 def test_unsqueeze_duplicate_axes(tmp_path, isa):
     model = make_model(
         [helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="dup_axes")],

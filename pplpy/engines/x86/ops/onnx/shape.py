@@ -104,11 +104,15 @@ def check_int64_input(op, in_types, index, what):
                          f"got {in_types[index]}")
 
 
-def constant_vector(op, in_shapes, in_values, index, what):
-    """The constant 1-D int64 value of input ``index`` as a list of ints."""
+def constant_vector(op, in_shapes, in_values, index, what, scalar_ok=False):
+    """The constant 1-D int64 value of input ``index`` as a list of ints; with
+    ``scalar_ok`` a rank-0 value is one element (Squeeze's and Unsqueeze's axes: ONNX
+    Runtime takes a scalar there, and ONNX's own AffineGrid function passes one)."""
     value = in_values[index] if index < len(in_values) else None
     if value is None:
         raise op.value_required(index, what)
+    if scalar_ok and value.ndim == 0:
+        value = value.reshape(1)
     if value.ndim != 1:
         raise op.shape_error(f"input {index} ({what}) must be 1-D, got shape "
                              f"{list(value.shape)}", in_shapes)
@@ -173,7 +177,7 @@ class UnsqueezeOp(ShapeOp):
 
     def infer_shape(self, in_shapes, in_values):
         if self.node.opset >= 13:
-            axes = constant_vector(self, in_shapes, in_values, 1, "axes")
+            axes = constant_vector(self, in_shapes, in_values, 1, "axes", scalar_ok=True)
         else:
             axes = getattr(self.param, "axes", None)
             if axes is None:
@@ -197,7 +201,7 @@ class SqueezeOp(ShapeOp):
 
     def infer_shape(self, in_shapes, in_values):
         if self.node.opset >= 13:
-            axes = (constant_vector(self, in_shapes, in_values, 1, "axes")
+            axes = (constant_vector(self, in_shapes, in_values, 1, "axes", scalar_ok=True)
                     if self.input_present(1) else None)
         else:
             axes = getattr(self.param, "axes", None)
