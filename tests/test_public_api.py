@@ -624,7 +624,7 @@ def test_a_failed_run_lets_go_of_its_feeds_at_once(save_model, monkeypatch):
 
     rt = pplpy.load(save_model(make_model([helper.make_node("Relu", ["x"], ["y"])],
                                           [("x", FLOAT, ["N", 4])], [("y", FLOAT, None)])))
-    monkeypatch.setattr(runtime_module, "ExecutionPlan", no_memory)
+    monkeypatch.setattr(runtime_module, "make_plan", no_memory)
     feed = np.ones((8, 4), np.float32).view(Feed)
     alive = weakref.ref(feed)
     gc.disable()

@@ -7,6 +7,8 @@
 
     step.pyx / step.pxd   the compiled-step ABI: Step, PythonStep, Plan
     plan.py               ExecutionPlan: everything that depends on the input shapes
+    staged_plan.py        StagedPlan: a plan cut where a value the run computes decides a
+                          shape, the rest planned once that value is known
     memory_planner.py     offsets in one arena for values whose lifetimes do not overlap
     runtime.py            Runtime: feeds, plan cache, the lock that serialises calls
     builder.py            RuntimeBuilder: model file -> engine result -> Runtimes

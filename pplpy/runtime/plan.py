@@ -12,6 +12,8 @@ input-shape signature and cached by the Runtime.
 Weights are not touched: kernels packed them once when the runtime was built.
 """
 
+import hashlib
+
 import numpy as np
 
 from pplpy.common.data_format import DataFormat
@@ -64,18 +66,29 @@ def infer_plan_shapes(result, feed_shapes, feed_values):
     return shapes, values, host
 
 
+def value_digest(array):
+    """A value-deciding feed's part of a plan signature: a 256-bit digest of its bytes, read
+    in place.  (The bytes themselves were a copy of the feed, kept as a cache key by every
+    cached plan: 800 MB fed to NonZero held 800 MB more per plan, and the copy's own
+    MemoryError escaped unwrapped.)"""
+    return hashlib.blake2b(array.data, digest_size=32).digest()  # feeds are C-contiguous
+
+
 class ExecutionPlan:
-    def __init__(self, result, feeds, value_feeds, num_threads, pool=None):
+    def __init__(self, result, feeds, value_feeds, num_threads, pool=None, feed_dims=None):
         """``feeds``: input name -> array (shapes of all, values of ``value_feeds``);
-        ``pool``: the runtime's ThreadPool (None: the process-wide one)."""
+        ``pool``: the runtime's ThreadPool (None: the process-wide one); ``feed_dims``:
+        input name -> logical dims where a feed is not an NDARRAY array of its own shape (a
+        blocked value handed from one stage of a StagedPlan to the next)."""
         graph = result.graph
         nodes = graph.nodes
         self.graph = graph
         records = graph.values
         types = {name: record.dtype for name, record in records.items()}
+        dims = {name: array.shape for name, array in feeds.items()}
+        dims.update(feed_dims or {})
         shapes, values, host = infer_plan_shapes(
-            result, {name: array.shape for name, array in feeds.items()},
-            {name: feeds[name] for name in value_feeds})
+            result, dims, {name: feeds[name] for name in value_feeds})
         self.shapes = shapes
         self.host_values = {name: values[name] for node in host for name in node.outputs
                             if name}
@@ -207,7 +220,6 @@ class ExecutionPlan:
                 # a serial step runs on one thread: one item for the team
                 profiler.record(node, seconds, step.work_items if step.parallel else 1,
                                 shares)
-            profiler.runs += 1
         else:
             self.plan.run()
         outputs = {}

@@ -1,7 +1,8 @@
 """Runtime: runs a built model on numpy inputs.
 
     run(feeds) --check feeds--> signature (input shapes + values of value-deciding feeds)
-               --plan cache (LRU)--> ExecutionPlan (made on a miss: shapes, arena, steps)
+               --plan cache (LRU)--> ExecutionPlan (made on a miss: shapes, arena, steps),
+                 or a StagedPlan where a value the run computes decides a shape
                --> copy feeds in, one nogil call over the compiled steps, copy outputs out
 
 Calls on one Runtime are serialised by a lock: a plan owns one arena, so two calls at once
@@ -15,7 +16,6 @@ node and the package.  A failed run leaves the runtime as it was: the next good 
 correct.
 """
 
-import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -26,7 +26,8 @@ from pplpy.errors import InputError, PplError, guard
 from pplpy.runtime import step as _step
 from pplpy.runtime.fork import new_lock_after_fork, reset_after_fork
 from pplpy.runtime.memory_limit import describe_limit, usable_memory_bytes
-from pplpy.runtime.plan import ExecutionPlan
+from pplpy.runtime.plan import value_digest
+from pplpy.runtime.staged_plan import make_plan
 from pplpy.runtime.step import ThreadPool
 from pplpy.runtime.profiler import Profiler
 from pplpy.runtime.tensor import Tensor
@@ -177,18 +178,20 @@ class Runtime:
         wanted = self._check_output_names(output_names)
         with self._lock, guard("running the model", memory_error=InputError):
             signature = tuple(a.shape for a in arrays.values()) + tuple(
-                _value_digest(arrays[name]) for name in self._value_feeds)
+                value_digest(arrays[name]) for name in self._value_feeds)
             plan = self._plans.get(signature)
             cached = plan is not None
             if cached:
                 self._plans.move_to_end(signature)
             else:
-                plan = ExecutionPlan(self._result, arrays, self._value_feeds, self.num_threads,
-                                     self._pool)
+                plan = make_plan(self._result, arrays, self._value_feeds, self.num_threads,
+                                 self._pool, self.plan_cache_size)
                 self.plan_misses += 1
             if self.profiler.enabled:
                 self.profiler.begin_run(plan, self._result.kernels)
             outputs = plan.run(arrays, self.profiler)
+            if self.profiler.enabled:
+                self.profiler.runs += 1
             # A new plan is cached once it has run: one whose first run failed (out of memory
             # copying the outputs, say) neither holds its arena nor evicts a good plan.
             if not cached:
@@ -272,14 +275,6 @@ class Runtime:
             arrays[info.name] = array
         _check_named_dims(self._shared_dims, arrays, defaults)
         return arrays
-
-
-def _value_digest(array):
-    """A value-deciding feed's part of the plan signature: a 256-bit digest of its bytes, read
-    in place.  (The bytes themselves were a copy of the feed, kept as a cache key by every
-    cached plan: 800 MB fed to NonZero held 800 MB more per plan, and the copy's own
-    MemoryError escaped unwrapped.)"""
-    return hashlib.blake2b(array.data, digest_size=32).digest()  # feeds are C-contiguous
 
 
 def _c_order_copy(name, array):

@@ -14,7 +14,7 @@ from onnx_builders import random_array
 
 import pplpy
 from pplpy.common.data_format import DataFormat
-from pplpy.errors import PplError, UnsupportedOpError
+from pplpy.errors import PplError
 
 NO_FOLDING = [("dead_code_elimination", "once")]
 RNG = np.random.default_rng(7)
@@ -204,24 +204,6 @@ def load(tmp_path, model, **kw):
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     return pplpy.load(str(path), passes=NO_FOLDING, **kw)
-
-
-def test_nonzero_of_a_computed_tensor_is_unsupported(tmp_path):
-    model = model_of([helper.make_node("Relu", ["x"], ["r"]),
-                      helper.make_node("NonZero", ["r"], ["y"])],
-                     {"x": np.zeros((3,), np.float32)}, ["y"])
-    with pytest.raises(UnsupportedOpError, match="NonZero"):
-        load(tmp_path, model).run({"x": np.ones(3, np.float32)})
-
-
-def test_topk_with_a_computed_k_is_unsupported(tmp_path):
-    """k from a node computed at run time (an Identity of a plain input): the plan cannot
-    size TopK's outputs and says so."""
-    model = model_of([helper.make_node("Identity", ["k0"], ["k"]),
-                      helper.make_node("TopK", ["x", "k"], ["v", "i"])],
-                     {"x": np.zeros((5,), np.float32), "k0": I64(2)}, ["v", "i"])
-    with pytest.raises(UnsupportedOpError, match="TopK"):
-        load(tmp_path, model).run({"x": np.arange(5, dtype=np.float32), "k0": I64(2)})
 
 
 def test_constant_index_out_of_range_is_a_shape_error(tmp_path):

@@ -10,8 +10,9 @@ memory before it runs.  So NonMaxSuppression is planned only when all its inputs
 on the host when the plan is made: constants, host-computed values, or model inputs (their
 values then join the plan's signature, so new boxes make a new plan).  The op context runs
 the selection on the host to size the output; the step repeats it on the same values.  Boxes
-computed at run time by another node (a detector's head) are refused with an
-UnsupportedOpError when the plan is made: pplpy has no data-dependent output shapes.
+computed at run time by another node (a detector's head) raise ValueRequired, and the
+runtime cuts the plan there (``pplpy/runtime/staged_plan.py``): the head runs first, then
+the rest is planned with its boxes and scores known.
 """
 
 import numpy as np
@@ -89,9 +90,10 @@ class NonMaxSuppressionOp(X86OptKernel):
                 raise ValueRequired(
                     f"{self.node.describe()}: the number of boxes NonMaxSuppression selects "
                     f"depends on the values of its inputs, and input {i} ({_NAMES[i]}) is "
-                    f"computed at run time by another node; pplpy plans memory before a run "
-                    f"and has no data-dependent output shapes, so it runs NonMaxSuppression "
-                    f"only on constants, host-computable values or model inputs")
+                    f"computed at run time by another node; pplpy plans memory before a run, "
+                    f"so it plans NonMaxSuppression once its inputs are known (constants, "
+                    f"host-computable values, model inputs, or values a staged plan's first "
+                    f"stage computed)")
         max_per_class, iou, score = self.thresholds(values)
         impl = load_variant(_FAMILY, self.options.isa)
         selected = impl.non_max_suppression(values[0], values[1], max_per_class, iou, score,
