@@ -27,7 +27,7 @@ from pplpy.runtime import step as _step
 from pplpy.runtime.fork import new_lock_after_fork, reset_after_fork
 from pplpy.runtime.memory_limit import describe_limit, usable_memory_bytes
 from pplpy.runtime.plan import value_digest
-from pplpy.runtime.staged_plan import make_plan
+from pplpy.runtime.staged_plan import RestPlanCache, held_plans, make_plan
 from pplpy.runtime.step import ThreadPool
 from pplpy.runtime.profiler import Profiler
 from pplpy.runtime.tensor import Tensor
@@ -57,7 +57,8 @@ class Runtime:
             self.num_threads, result.options.bind_threads)
         self.profiler = Profiler()
         self.plan_cache_size = int(plan_cache_size)
-        self._plans = OrderedDict()  # signature -> ExecutionPlan
+        self._plans = OrderedDict()  # signature -> ExecutionPlan or StagedPlan
+        self._rest_plans = RestPlanCache(self.plan_cache_size)  # the StagedPlans' rests
         self._last = None
         self._lock = threading.Lock()
         reset_after_fork(self)
@@ -141,8 +142,10 @@ class Runtime:
         """Bytes held: ``weights`` (constants and packed weights, shared with the builder's
         other runtimes), ``arena`` (every cached plan's), ``plan`` (compiled steps), with the
         arenas, steps and plans of the If / Loop / Scan body runtimes those plans made (a
-        body's own constants are not counted)."""
-        plans = list(self._plans.values())
+        body's own constants are not counted).  ``cached_plans`` counts each stage of a
+        staged plan and each cached rest plan (staged_plan.py) as a plan."""
+        plans = list({id(held): held for p in [*self._plans.values(), *self._rest_plans.plans()]
+                      for held in held_plans(p)}.values())
         held = {
             "weights": self._result.weight_bytes,
             "arena": sum(p.arena_bytes for p in plans),
@@ -185,7 +188,7 @@ class Runtime:
                 self._plans.move_to_end(signature)
             else:
                 plan = make_plan(self._result, arrays, self._value_feeds, self.num_threads,
-                                 self._pool, self.plan_cache_size)
+                                 self._pool, self._rest_plans)
                 self.plan_misses += 1
             if self.profiler.enabled:
                 self.profiler.begin_run(plan, self._result.kernels)

@@ -12,11 +12,13 @@ refusing the model, the plan cuts the graph there:
     rest          the cut node and everything downstream of it, planned after the first
                   stage ran: the values crossing the cut are its feeds, and those a rest
                   node reads as shape-deciding values (``value_inputs``) are fed by value,
-                  so their digests key a cache of rest plans (least recently used first
-                  out, ``plan_cache_size`` of them)
+                  so their digests key the rest's plan in the runtime's RestPlanCache
 
 A rest that holds another such node is staged in turn (``make_plan`` recurses), so NonZero
--> ... -> TopK with a computed k runs in three stages.  Values crossing a cut are copied out
+-> ... -> TopK with a computed k runs in three stages.  All the rest plans of one runtime,
+however deep the stages and however many input signatures, share one least-recently-used
+budget of ``plan_cache_size`` plans (each StagedPlan keeping its own would hold that many
+squared for two cuts in a row).  Values crossing a cut are copied out
 of one stage's arena and into the next's.  The first stage's plan is reused while the
 feeds' signature holds; a rest plan is made again whenever a deciding value changes
 (NonZero over a detector's scores: nearly every run), as engines with dynamic shapes
@@ -24,6 +26,7 @@ allocate per run.  A node whose needed value no cut can supply (one computed ins
 If's branch, a blocked tensor) keeps the UnsupportedOpError that names it.
 """
 
+import itertools
 from collections import OrderedDict
 
 from pplpy.common.data_format import DataFormat
@@ -32,10 +35,45 @@ from pplpy.errors import UnsupportedOpError
 from pplpy.runtime.plan import ExecutionPlan, value_digest
 
 
-def make_plan(result, feeds, value_feeds, num_threads, pool=None, cache_size=8,
+class RestPlanCache:
+    """The rest plans of every StagedPlan of one runtime, keyed by (the StagedPlan's serial,
+    the signature of its rest's feeds), least recently used first out."""
+
+    def __init__(self, size):
+        self.size = size
+        self._plans = OrderedDict()
+
+    def get(self, key):
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._plans.move_to_end(key)
+        return plan
+
+    def put(self, key, plan):
+        self._plans[key] = plan
+        while len(self._plans) > self.size:
+            self._plans.popitem(last=False)
+
+    def plans(self):
+        return list(self._plans.values())
+
+
+def held_plans(plan):
+    """The ExecutionPlans ``plan`` holds: itself, or a StagedPlan's first stage's and its last
+    rest's (which the RestPlanCache may have let go of since)."""
+    if not isinstance(plan, StagedPlan):
+        return [plan]
+    rest = held_plans(plan._last_rest) if plan._last_rest is not None else []
+    return held_plans(plan.first) + rest
+
+
+def make_plan(result, feeds, value_feeds, num_threads, pool=None, rest_cache=None,
               feed_dims=None):
     """An ExecutionPlan for these feeds, or a StagedPlan where a value computed by the run
-    decides a shape (arguments as ExecutionPlan's; ``cache_size``: rest plans kept)."""
+    decides a shape (arguments as ExecutionPlan's; ``rest_cache``: the runtime's
+    RestPlanCache, a new one of 8 plans where None)."""
+    if rest_cache is None:
+        rest_cache = RestPlanCache(8)
     try:
         return ExecutionPlan(result, feeds, value_feeds, num_threads, pool, feed_dims)
     except UnsupportedOpError as exc:
@@ -44,7 +82,7 @@ def make_plan(result, feeds, value_feeds, num_threads, pool=None, cache_size=8,
         cut = _cut_at(result, exc, value_feeds)
         if cut is None:
             raise
-    return StagedPlan(result, feeds, value_feeds, num_threads, pool, cache_size, feed_dims,
+    return StagedPlan(result, feeds, value_feeds, num_threads, pool, rest_cache, feed_dims,
                       cut)
 
 
@@ -108,7 +146,9 @@ class _StageResult:
 class StagedPlan:
     """The plan of a first stage, and the plans of the rest for the values that crossed."""
 
-    def __init__(self, result, feeds, value_feeds, num_threads, pool, cache_size, feed_dims,
+    _serials = itertools.count()
+
+    def __init__(self, result, feeds, value_feeds, num_threads, pool, rest_cache, feed_dims,
                  cut):
         cut_node, _ = cut
         graph = result.graph
@@ -116,7 +156,8 @@ class StagedPlan:
         self._result = result
         self._num_threads = num_threads
         self._pool = pool
-        self._cache_size = cache_size
+        self._rest_cache = rest_cache
+        self._serial = next(StagedPlan._serials)
         first_nodes, rest_nodes, downstream = [], [], set()
         for node in graph.nodes:
             if node is cut_node or any(name in downstream for name in node.inputs if name):
@@ -147,27 +188,26 @@ class StagedPlan:
         self._rest_result = _StageResult(result, _StageGraph(
             graph, rest_nodes, self.rest_inputs + self.crossing, rest_outputs))
         self.first = make_plan(self._first_result, feeds, value_feeds, num_threads, pool,
-                               cache_size, feed_dims)
-        self._rests = OrderedDict()  # signature of the rest's feeds -> plan
+                               rest_cache, feed_dims)
         self._last_rest = None
 
     # -- what the Runtime and the profiler read -------------------------------------------
 
-    def _plans(self):
-        return [self.first, *self._rests.values()]
+    def _ran(self):
+        return [self.first] + ([self._last_rest] if self._last_rest is not None else [])
 
     @property
     def arena_bytes(self):
-        """Bytes of the first stage's arena and of every cached rest plan's."""
-        return sum(plan.arena_bytes for plan in self._plans())
+        """Arena bytes of the plans the last run ran (the first stage's, the rest's)."""
+        return sum(plan.arena_bytes for plan in self._ran())
 
     @property
     def plan_bytes(self):
-        return sum(plan.plan_bytes for plan in self._plans())
+        return sum(plan.plan_bytes for plan in self._ran())
 
     @property
     def nested(self):
-        return tuple(runner for plan in self._plans() for runner in plan.nested)
+        return tuple(runner for plan in self._ran() for runner in plan.nested)
 
     @property
     def shapes(self):
@@ -201,20 +241,17 @@ class StagedPlan:
         dims.update((name, self._feed_dims[name]) for name in self.rest_inputs)
         signature = tuple(dims[name] for name in rest_feeds) + tuple(
             value_digest(rest_feeds[name]) for name in self.rest_value_feeds)
-        plan = self._rests.get(signature)
+        key = (self._serial, signature)
+        plan = self._rest_cache.get(key)
         cached = plan is not None
-        if cached:
-            self._rests.move_to_end(signature)
-        else:
+        if not cached:
             plan = make_plan(self._rest_result, rest_feeds, self.rest_value_feeds,
-                             self._num_threads, self._pool, self._cache_size, dims)
+                             self._num_threads, self._pool, self._rest_cache, dims)
         if profiling:
             profiler.begin_run(plan, self._result.kernels)
         rest_out = plan.run(rest_feeds, profiler)
         if not cached:  # as the Runtime's cache: a plan joins once it has run
-            self._rests[signature] = plan
-            while len(self._rests) > self._cache_size:
-                self._rests.popitem(last=False)
+            self._rest_cache.put(key, plan)
         self._last_rest = plan
         return {name: rest_out[name] if name in rest_out else first_out[name]
                 for name in self.output_names}

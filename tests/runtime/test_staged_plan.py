@@ -4,6 +4,8 @@ NonMaxSuppression's boxes) cut the plan there, and the rest is planned once they
 and two threads; the cut's bookkeeping (plans made, blocked values crossing it, profiling,
 memory) through the public API."""
 
+import gc
+
 import numpy as np
 import onnx
 import pytest
@@ -15,6 +17,7 @@ import pplpy
 from pplpy.common.data_format import DataFormat
 from pplpy.engines.x86 import X86Kernel, X86OptKernel, op
 from pplpy.engines.x86.ops.canned import follow_input_format
+from pplpy.runtime.plan import ExecutionPlan
 from pplpy.runtime.staged_plan import StagedPlan
 from pplpy.tools.pplnn import main
 
@@ -161,22 +164,41 @@ def test_a_blocked_value_crosses_the_cut(tmp_path, isa):
 
 
 def test_rest_plans_are_cached_by_value_and_bounded(tmp_path):
-    """The same deciding value again takes the cached rest plan; at most plan_cache_size
-    rest plans are kept, least recently used out."""
+    """The same deciding value again takes the cached rest plan; the runtime keeps at most
+    plan_cache_size rest plans, least recently used out."""
     model = keypoint_model()
     rt = load(tmp_path, model, plan_cache_size=2)
     xs = [RNG.standard_normal((1, 5, 6, 7)).astype(np.float32) for _ in range(4)]
     first = rt.run({"x": xs[0]})
-    plan = rt._last
     for x in xs[1:]:
         rt.run({"x": x})
-        assert len(plan._rests) <= 2
+        assert rt.memory()["cached_plans"] <= 3  # the first stage and two rests
     again = rt.run({"x": xs[0]})  # planned again (evicted), same results
     for name in first:
         np.testing.assert_array_equal(first[name], again[name])
-    kept = dict(plan._rests)
+    kept = rt._rest_plans.plans()
     rt.run({"x": xs[0]})
-    assert dict(plan._rests) == kept  # a hit: no new rest plan
+    assert rt._rest_plans.plans() == kept  # a hit: no new rest plan
+    assert rt.plan_misses == 1
+
+
+def test_nested_stages_share_one_budget(tmp_path):
+    """Two cuts in a row: the rests of the rests count against the same plan_cache_size
+    (each StagedPlan keeping its own cache held plan_cache_size squared rest plans)."""
+    def live_plans():
+        gc.collect()
+        return sum(type(o) is ExecutionPlan for o in gc.get_objects())
+
+    model = three_stage_model()
+    before = live_plans()
+    rt = load(tmp_path, model, plan_cache_size=2)
+    for k in range(12):
+        x = np.linspace(-1, 1 + 0.1 * k, 12).astype(np.float32) * (1 + (k % 3))
+        assert_matches(rt, model, {"x": x})
+        # the first stage; two cached rests, each holding at most two plans (a staged one:
+        # its first stage, and its last rest, which the cache may have let go of)
+        assert live_plans() - before <= 5
+        assert rt.memory()["cached_plans"] == live_plans() - before
 
 
 def test_profiling_memory_and_shapes_cover_both_stages(tmp_path):
