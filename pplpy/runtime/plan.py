@@ -133,7 +133,10 @@ class ExecutionPlan:
                 continue
             nbytes = self.tensor_shapes[name].bytes
             if nbytes > limit:
-                raise ShapeError(f'value "{name}" would take {nbytes} bytes '
+                record = records.get(name)
+                made_by = (f" (output of {record.producer.describe()})"
+                           if record is not None and record.producer is not None else "")
+                raise ShapeError(f'value "{name}"{made_by} would take {nbytes} bytes '
                                  f"{self.tensor_shapes[name]}: more than {describe_limit()}; "
                                  f"check the input shapes")
             buffers.append(Buffer(name, nbytes, first[name], last[name]))

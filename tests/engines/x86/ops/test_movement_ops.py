@@ -79,6 +79,10 @@ def cases():
     yield "depth_to_space_crd", [node("DepthToSpace", ["x"], ["y"], blocksize=2, mode="CRD")], {"x": random_array((2, 8, 3, 4), np.float32)}, ["y"], [], 13
     yield "space_to_depth", [node("SpaceToDepth", ["x"], ["y"], blocksize=2)], {"x": random_array((2, 3, 4, 6), np.uint8)}, ["y"], [], 13
     yield "range_float", [node("Range", ["s", "l", "d"], ["y"])], {}, ["y"], [("s", np.array(1.5, np.float32)), ("l", np.array(9.0, np.float32)), ("d", np.array(0.75, np.float32))], 11
+    # 0.7 is 0.699999988 in float32: 28 / it is just over 40, so 41 elements (the count in
+    # double precision, as the reference and ONNX Runtime take it; float32 arithmetic gave 40)
+    yield "range_float_count_in_double", [node("Range", ["s", "l", "d"], ["y"])], {}, ["y"], [("s", np.array(0, np.float32)), ("l", np.array(28, np.float32)), ("d", np.array(0.7, np.float32))], 11
+    yield "range_float_empty", [node("Range", ["s", "l", "d"], ["y"])], {}, ["y"], [("s", np.array(3, np.float32)), ("l", np.array(1, np.float32)), ("d", np.array(0.5, np.float32))], 11
     yield "range_int_negative", [node("Range", ["s", "l", "d"], ["y"])], {}, ["y"], [("s", np.array(10, np.int32)), ("l", np.array(-3, np.int32)), ("d", np.array(-4, np.int32))], 11
     yield "size", [node("Size", ["x"], ["y"])], {"x": x}, ["y"], [], 13
     for to in (TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8, TensorProto.BOOL, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8):
@@ -204,6 +208,19 @@ def load(tmp_path, model, **kw):
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     return pplpy.load(str(path), passes=NO_FOLDING, **kw)
+
+
+def test_a_huge_range_is_refused_before_it_is_made(tmp_path):
+    """Shape inference works out Range's length alone (the plan makes the values once): a
+    limit of 4e12 fed at run time is a ShapeError naming the Range node, not an
+    out-of-memory error from building the array to learn its shape."""
+    model = model_of([helper.make_node("Range", ["s", "l", "d"], ["y"], name="big_range")],
+                     {"l": np.array(0, np.int64)}, ["y"],
+                     [("s", np.array(0, np.int64)), ("d", np.array(1, np.int64))])
+    rt = load(tmp_path, model)
+    with pytest.raises(PplError, match='"big_range"'):
+        rt.run({"l": np.array(4 * 10**12, np.int64)})
+    np.testing.assert_array_equal(rt.run({"l": np.array(3, np.int64)})["y"], [0, 1, 2])
 
 
 def test_constant_index_out_of_range_is_a_shape_error(tmp_path):

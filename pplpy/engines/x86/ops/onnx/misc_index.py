@@ -6,8 +6,11 @@ steps copy a value computed at that time.  OneHot, Trilu, EyeLike, ReverseSequen
 NonZero are compiled steps of ``_index``; OneHot's ``values``, Trilu's ``k`` and
 ReverseSequence's ``sequence_lens`` are read when the step runs.  NonZero's output size is
 the number of non-zero elements: its input must be known when the plan is made (a constant,
-a fed input, or a host value); otherwise the plan fails with an UnsupportedOpError.
+a fed input, or a host value); one computed by the run cuts the plan before the NonZero
+(``pplpy/runtime/staged_plan.py``).
 """
+
+import math
 
 import numpy as np
 
@@ -86,7 +89,9 @@ RANGE_TYPES = (DataType.FLOAT16, DataType.FLOAT32, DataType.FLOAT64, DataType.IN
 @op("", "Range", since=11)
 @op("", "Range", since=27, param=RangeParam)  # stash_type
 class RangeOp(X86OptKernel):
-    """y = numpy.arange(start, limit, delta) in the inputs' type."""
+    """y = numpy.arange(start, limit, delta) in the inputs' type, its length ceil((limit -
+    start) / delta) worked out in double precision as ONNX Runtime and onnx.reference do
+    (Range(0, 28, 0.7) in float32 has 41 elements: 0.7 is 0.699999988 in float32)."""
 
     supported_types = RANGE_TYPES
     value_inputs = (0, 1, 2)
@@ -98,19 +103,27 @@ class RangeOp(X86OptKernel):
                              f"type, got {', '.join(str(u) for u in in_types)}")
         return [t]
 
-    def value(self, in_shapes, in_values):
+    def scalars(self, in_shapes, in_values):
+        """(start, limit, delta) as Python numbers, and the output's numpy type."""
         start, limit, delta = (value_of(self, in_values, i, what) for i, what in
                                enumerate(("start", "limit", "delta")))
         for i, v in enumerate((start, limit, delta)):
             if v.size != 1:
                 raise self.shape_error(f"input {i} must be a scalar", in_shapes)
-        start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
-        if delta == 0:
+        if delta.reshape(()) == 0:
             raise self.shape_error("delta must not be 0", in_shapes)
-        return np.arange(start, limit, delta, dtype=start.dtype)
+        return start.item(), limit.item(), delta.item(), start.dtype
+
+    def value(self, in_shapes, in_values):
+        start, limit, delta, dtype = self.scalars(in_shapes, in_values)
+        return np.arange(start, limit, delta).astype(dtype)
 
     def infer_shape(self, in_shapes, in_values):
-        return [self.value(in_shapes, in_values).shape]
+        """The length alone: the values are made once, by the plan (``plan_value``)."""
+        start, limit, delta, _ = self.scalars(in_shapes, in_values)
+        if isinstance(start, int):
+            return [(len(range(start, limit, delta)),)]
+        return [(max(math.ceil((limit - start) / delta), 0),)]
 
     def plan_value(self, io):
         return self.value(io.input_shapes, [s.array for s in io.inputs])
