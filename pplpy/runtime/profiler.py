@@ -53,6 +53,23 @@ class Profiler:
         self.trace_events.clear()
         self._cursor = None
 
+    def mark(self):
+        """What the profiler holds now, for ``rollback`` if the run that follows fails (a
+        staged plan's first stage has recorded its steps when its rest fails)."""
+        return (dict(self.node_times), dict(self.node_types), dict(self.node_items),
+                {name: list(stats) for name, stats in self.node_shares.items()},
+                len(self.trace_events), self._cursor)
+
+    def rollback(self, mark):
+        """Forget what was recorded since ``mark()``."""
+        times, types, items, shares, events, cursor = mark
+        self.node_times = defaultdict(float, times)
+        self.node_types = types
+        self.node_items = items
+        self.node_shares = defaultdict(lambda: [0, 0.0, 0.0], shares)
+        del self.trace_events[events:]
+        self._cursor = cursor
+
     def begin_run(self, plan, kernels=None):
         """Called by the Runtime before a profiled run of ``plan`` (an ExecutionPlan);
         ``kernels`` maps nodes to kernels (for the kernel and algorithm in the trace)."""

@@ -190,10 +190,17 @@ class Runtime:
                 plan = make_plan(self._result, arrays, self._value_feeds, self.num_threads,
                                  self._pool, self._rest_plans)
                 self.plan_misses += 1
+            mark = None
             if self.profiler.enabled:
+                mark = self.profiler.mark()
                 self.profiler.begin_run(plan, self._result.kernels)
-            outputs = plan.run(arrays, self.profiler)
-            if self.profiler.enabled:
+            try:
+                outputs = plan.run(arrays, self.profiler)
+            except BaseException:
+                if mark is not None:  # a failed run leaves no times behind
+                    self.profiler.rollback(mark)
+                raise
+            if mark is not None:
                 self.profiler.runs += 1
             # A new plan is cached once it has run: one whose first run failed (out of memory
             # copying the outputs, say) neither holds its arena nor evicts a good plan.

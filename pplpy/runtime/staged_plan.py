@@ -34,6 +34,10 @@ from pplpy.engines.x86.ops.op_context import ValueRequired
 from pplpy.errors import UnsupportedOpError
 from pplpy.runtime.plan import ExecutionPlan, value_digest
 
+# Cuts one plan may take, counting every stage below the first (deeper would nest Python
+# calls past the interpreter's recursion limit; models have a handful).
+MAX_CUTS = 64
+
 
 class RestPlanCache:
     """The rest plans of every StagedPlan of one runtime, keyed by (the StagedPlan's serial,
@@ -68,10 +72,10 @@ def held_plans(plan):
 
 
 def make_plan(result, feeds, value_feeds, num_threads, pool=None, rest_cache=None,
-              feed_dims=None):
+              feed_dims=None, cuts=0):
     """An ExecutionPlan for these feeds, or a StagedPlan where a value computed by the run
     decides a shape (arguments as ExecutionPlan's; ``rest_cache``: the runtime's
-    RestPlanCache, a new one of 8 plans where None)."""
+    RestPlanCache, a new one of 8 plans where None; ``cuts``: those taken above this one)."""
     if rest_cache is None:
         rest_cache = RestPlanCache(8)
     try:
@@ -82,8 +86,12 @@ def make_plan(result, feeds, value_feeds, num_threads, pool=None, rest_cache=Non
         cut = _cut_at(result, exc, value_feeds)
         if cut is None:
             raise
+        if cuts >= MAX_CUTS:
+            raise UnsupportedOpError(
+                f"{exc}; pplpy plans such a value by cutting the plan before the node, and "
+                f"this model needs more than {MAX_CUTS} cuts", nodes=exc.nodes) from exc
     return StagedPlan(result, feeds, value_feeds, num_threads, pool, rest_cache, feed_dims,
-                      cut)
+                      cut, cuts + 1)
 
 
 def _cut_at(result, exc, value_feeds):
@@ -116,10 +124,11 @@ def _unique(names):
 
 class _StageGraph:
     """The part of a graph one stage plans: its nodes, the values fed to it and those it
-    hands on.  Value records, constants and producers are the whole graph's."""
+    hands on.  Value records, constants and producers are the whole graph's (the root's, so
+    that a stage of a stage looks them up in one step)."""
 
     def __init__(self, whole, nodes, input_names, output_names):
-        self._whole = whole
+        self._whole = whole._whole if isinstance(whole, _StageGraph) else whole
         self.nodes = nodes
         self.input_names = input_names
         self.output_names = output_names
@@ -136,7 +145,7 @@ class _StageResult:
     """An engine result whose graph is one stage's (kernels, ops and options shared)."""
 
     def __init__(self, whole, graph):
-        self._whole = whole
+        self._whole = whole._whole if isinstance(whole, _StageResult) else whole
         self.graph = graph
 
     def __getattr__(self, name):
@@ -149,7 +158,7 @@ class StagedPlan:
     _serials = itertools.count()
 
     def __init__(self, result, feeds, value_feeds, num_threads, pool, rest_cache, feed_dims,
-                 cut):
+                 cut, cuts):
         cut_node, _ = cut
         graph = result.graph
         self.graph = graph
@@ -158,6 +167,7 @@ class StagedPlan:
         self._pool = pool
         self._rest_cache = rest_cache
         self._serial = next(StagedPlan._serials)
+        self._cuts = cuts
         first_nodes, rest_nodes, downstream = [], [], set()
         for node in graph.nodes:
             if node is cut_node or any(name in downstream for name in node.inputs if name):
@@ -188,7 +198,7 @@ class StagedPlan:
         self._rest_result = _StageResult(result, _StageGraph(
             graph, rest_nodes, self.rest_inputs + self.crossing, rest_outputs))
         self.first = make_plan(self._first_result, feeds, value_feeds, num_threads, pool,
-                               rest_cache, feed_dims)
+                               rest_cache, feed_dims, cuts)
         self._last_rest = None
 
     # -- what the Runtime and the profiler read -------------------------------------------
@@ -246,7 +256,8 @@ class StagedPlan:
         cached = plan is not None
         if not cached:
             plan = make_plan(self._rest_result, rest_feeds, self.rest_value_feeds,
-                             self._num_threads, self._pool, self._rest_cache, dims)
+                             self._num_threads, self._pool, self._rest_cache, dims,
+                             self._cuts)
         if profiling:
             profiler.begin_run(plan, self._result.kernels)
         rest_out = plan.run(rest_feeds, profiler)

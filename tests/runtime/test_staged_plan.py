@@ -295,3 +295,53 @@ def test_pplnn_runs_a_staged_model(tmp_path, capsys):
     out, _ = capsys.readouterr()
     assert status == 0
     assert "gather" in out and "conv" in out and 'output "idx": int64' in out
+
+
+def parallel_nonzeros(n):
+    """n independent NonZero branches of one input, their counts summed: n cuts."""
+    nodes, inits = [], [("zero", np.float32(0))]
+    for i in range(n):
+        nodes += [helper.make_node("Add", ["x", f"c{i}"], [f"a{i}"]),
+                  helper.make_node("Greater", [f"a{i}", "zero"], [f"m{i}"]),
+                  helper.make_node("NonZero", [f"m{i}"], [f"nz{i}"]),
+                  helper.make_node("ReduceSum", [f"nz{i}"], [f"s{i}"], keepdims=0)]
+        inits.append((f"c{i}", np.float32(i / n - 0.5)))
+    nodes.append(helper.make_node("Sum", [f"s{i}" for i in range(n)], ["out"]))
+    return make_model(nodes, [("x", FLOAT, [16])], [("out", INT64, None)], inits)
+
+
+def test_cuts_are_bounded(tmp_path):
+    """64 cuts run (stages of stages share the root's records, so planning stays linear in
+    the cuts); past that the run is refused, not a RecursionError deep in the planner."""
+    from pplpy.runtime.staged_plan import MAX_CUTS
+
+    x = np.linspace(-1, 1, 16).astype(np.float32)
+    model = parallel_nonzeros(MAX_CUTS)
+    assert_matches(load(tmp_path, model), model, {"x": x})
+    rt = load(tmp_path, parallel_nonzeros(MAX_CUTS + 1))
+    with pytest.raises(pplpy.UnsupportedOpError, match=f"more than {MAX_CUTS} cuts"):
+        rt.run({"x": x})
+
+
+def test_a_failed_run_leaves_no_profile_behind(tmp_path):
+    """The first stage has run and recorded its steps when the rest fails: the profiler
+    forgets them, as it records nothing of a failed unstaged run."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["y"], name="sigmoid"),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Cast", ["r"], ["shape"], to=TensorProto.INT64),
+             helper.make_node("Reshape", ["y", "shape"], ["z"], name="computed_reshape")]
+    model = make_model(nodes, [("x", FLOAT, [2, 6]), ("s", FLOAT, [2])],
+                       [("z", FLOAT, None)])
+    rt = load(tmp_path, model)
+    rt.profiler.enabled = True
+    x = np.ones((2, 6), np.float32)
+    rt.run({"x": x, "s": np.array([3, 4], np.float32)})
+    times = dict(rt.profiler.node_times)
+    events = len(rt.profiler.trace_events)
+    for _ in range(3):
+        with pytest.raises(pplpy.ShapeError):
+            rt.run({"x": x, "s": np.array([5, 4], np.float32)})
+    assert rt.profiler.runs == 1
+    assert dict(rt.profiler.node_times) == times and len(rt.profiler.trace_events) == events
+    rt.run({"x": x, "s": np.array([3, 4], np.float32)})
+    assert rt.profiler.runs == 2 and rt.profiler.node_times["sigmoid"] > times["sigmoid"]
