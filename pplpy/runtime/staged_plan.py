@@ -219,21 +219,21 @@ class StagedPlan:
     def nested(self):
         return tuple(runner for plan in self._ran() for runner in plan.nested)
 
+    def _merged(self, attribute):
+        merged = {}
+        for plan in self._ran():
+            merged.update(getattr(plan, attribute))
+        return merged
+
     @property
     def shapes(self):
         """Dims of every value, the rest's as of the last run."""
-        shapes = dict(self.first.shapes)
-        if self._last_rest is not None:
-            shapes.update(self._last_rest.shapes)
-        return shapes
+        return self._merged("shapes")
 
     @property
     def tensor_shapes(self):
         """TensorShape of every arena value, the rest's as of the last run."""
-        shapes = dict(self.first.tensor_shapes)
-        if self._last_rest is not None:
-            shapes.update(self._last_rest.tensor_shapes)
-        return shapes
+        return self._merged("tensor_shapes")
 
     # -- running --------------------------------------------------------------------------
 
