@@ -18,12 +18,12 @@ A rest that holds another such node is staged in turn (``make_plan`` recurses), 
 -> ... -> TopK with a computed k runs in three stages.  All the rest plans of one runtime,
 however deep the stages and however many input signatures, share one least-recently-used
 budget of ``plan_cache_size`` plans (each StagedPlan keeping its own would hold that many
-squared for two cuts in a row).  Values crossing a cut are copied out
-of one stage's arena and into the next's.  The first stage's plan is reused while the
-feeds' signature holds; a rest plan is made again whenever a deciding value changes
-(NonZero over a detector's scores: nearly every run), as engines with dynamic shapes
-allocate per run.  A node whose needed value no cut can supply (one computed inside an
-If's branch, a blocked tensor) keeps the UnsupportedOpError that names it.
+squared for two cuts in a row).  Values crossing a cut are copied out of one stage's arena
+and into the next's.  The first stage's plan is reused while the feeds' signature holds; a
+rest plan is made again whenever a deciding value changes (NonZero over a detector's
+scores: nearly every run), as engines with dynamic shapes allocate per run.  A node whose
+needed value no cut can supply (one computed inside a control-flow body, a blocked tensor)
+keeps the UnsupportedOpError that names it.
 """
 
 import itertools
