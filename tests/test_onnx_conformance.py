@@ -73,7 +73,6 @@ EXCLUDES.update({
 })
 EXCLUDES.update({
     "test_range_bfloat16_type_positive_delta_expanded": "bfloat16 tensors are not supported",
-    "test_linear_attention_fp16_expanded": "float16 is no pplpy math type",
 })
 
 # Cases the unary ops (Exp, Cos, Floor, Celu ...) bring in whose other parts pplpy cannot run.

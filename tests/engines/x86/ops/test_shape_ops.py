@@ -322,6 +322,17 @@ def test_squeeze_unsqueeze_take_a_scalar_axes(tmp_path, isa, op_type, axis):
     check(tmp_path, model, {"x": x}, isa, want=want)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_shape_and_size_read_dims_of_any_type(tmp_path, isa, dtype):
+    """Shape and Size read only dims: a float16 / float64 input is no math pplpy refuses."""
+    model = make_model(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["x"], ["n"])],
+        [value_info("x", dtype, ("N", 3))],
+        [value_info("s", np.int64, None), value_info("n", np.int64, None)],
+    )
+    check(tmp_path, model, {"x": np.zeros((5, 3), dtype)}, isa)
+
+
 def test_unsqueeze_duplicate_axes(tmp_path, isa):
     model = make_model(
         [helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="dup_axes")],

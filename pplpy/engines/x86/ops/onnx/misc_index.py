@@ -63,6 +63,7 @@ class SizeOp(X86OptKernel):
 
     computes_from_shapes = True  # evaluated on the host when a plan is made
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
+    supported_types = ANY_TYPE  # only dims are read: float16 / float64 inputs too
 
     def infer_type(self, in_types):
         return [DataType.INT64]

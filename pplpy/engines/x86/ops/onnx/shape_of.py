@@ -11,6 +11,7 @@ import numpy as np
 from pplpy.common.data_format import DataFormat
 from pplpy.common.data_type import DataType
 from pplpy.engines.x86.impls import _copy
+from pplpy.engines.x86.ops.canned import ANY_TYPE
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.onnx.shape import DataMovementKernel
 from pplpy.engines.x86.ops.op_context import X86OptKernel
@@ -49,6 +50,7 @@ class ShapeOfOp(X86OptKernel):
 
     computes_from_shapes = True  # the runtime evaluates it on the host from dims alone
     formats = (DataFormat.NDARRAY, DataFormat.N16CX)
+    supported_types = ANY_TYPE  # only dims are read: float16 / float64 inputs too
 
     def infer_type(self, in_types):
         return [DataType.INT64]
