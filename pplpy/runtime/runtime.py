@@ -17,7 +17,6 @@ correct.
 """
 
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 
 import numpy as np
@@ -27,7 +26,8 @@ from pplpy.runtime import step as _step
 from pplpy.runtime.fork import new_lock_after_fork, reset_after_fork
 from pplpy.runtime.memory_limit import describe_limit, usable_memory_bytes
 from pplpy.runtime.plan import value_digest
-from pplpy.runtime.staged_plan import RestPlanCache, held_plans, make_plan
+from pplpy.runtime.plan_cache import PlanCache
+from pplpy.runtime.staged_plan import held_plans, make_plan
 from pplpy.runtime.step import ThreadPool
 from pplpy.runtime.profiler import Profiler
 from pplpy.runtime.tensor import Tensor
@@ -57,8 +57,8 @@ class Runtime:
             self.num_threads, result.options.bind_threads)
         self.profiler = Profiler()
         self.plan_cache_size = int(plan_cache_size)
-        self._plans = OrderedDict()  # signature -> ExecutionPlan or StagedPlan
-        self._rest_plans = RestPlanCache(self.plan_cache_size)  # the StagedPlans' rests
+        self._plans = PlanCache(self.plan_cache_size)  # signature -> ExecutionPlan/StagedPlan
+        self._rest_plans = PlanCache(self.plan_cache_size)  # the StagedPlans' rests
         self._last = None
         self._lock = threading.Lock()
         reset_after_fork(self)
@@ -144,7 +144,7 @@ class Runtime:
         arenas, steps and plans of the If / Loop / Scan body runtimes those plans made (a
         body's own constants are not counted).  ``cached_plans`` counts each stage of a
         staged plan and each cached rest plan (staged_plan.py) as a plan."""
-        plans = list({id(held): held for p in [*self._plans.values(), *self._rest_plans.plans()]
+        plans = list({id(held): held for p in [*self._plans.plans(), *self._rest_plans.plans()]
                       for held in held_plans(p)}.values())
         held = {
             "weights": self._result.weight_bytes,
@@ -184,9 +184,7 @@ class Runtime:
                 value_digest(arrays[name]) for name in self._value_feeds)
             plan = self._plans.get(signature)
             cached = plan is not None
-            if cached:
-                self._plans.move_to_end(signature)
-            else:
+            if not cached:
                 plan = make_plan(self._result, arrays, self._value_feeds, self.num_threads,
                                  self._pool, self._rest_plans)
                 self.plan_misses += 1
@@ -205,9 +203,7 @@ class Runtime:
             # A new plan is cached once it has run: one whose first run failed (out of memory
             # copying the outputs, say) neither holds its arena nor evicts a good plan.
             if not cached:
-                self._plans[signature] = plan
-                while len(self._plans) > self.plan_cache_size:
-                    self._plans.popitem(last=False)
+                self._plans.put(signature, plan)
             self._last = plan
         if wanted is not None:
             return {name: outputs[name] for name in wanted}

@@ -12,7 +12,7 @@ refusing the model, the plan cuts the graph there:
     rest          the cut node and everything downstream of it, planned after the first
                   stage ran: the values crossing the cut are its feeds, and those a rest
                   node reads as shape-deciding values (``value_inputs``) are fed by value,
-                  so their digests key the rest's plan in the runtime's RestPlanCache
+                  so their digests key the rest's plan in the runtime's PlanCache of rests
 
 A rest that holds another such node is staged in turn (``make_plan`` recurses), so NonZero
 -> ... -> TopK with a computed k runs in three stages.  All the rest plans of one runtime,
@@ -27,39 +27,16 @@ keeps the UnsupportedOpError that names it.
 """
 
 import itertools
-from collections import OrderedDict
 
 from pplpy.common.data_format import DataFormat
 from pplpy.engines.x86.ops.op_context import ValueRequired
 from pplpy.errors import UnsupportedOpError
 from pplpy.runtime.plan import ExecutionPlan, value_digest
+from pplpy.runtime.plan_cache import PlanCache
 
 # Cuts one plan may take, counting every stage below the first (deeper would nest Python
 # calls past the interpreter's recursion limit; models have a handful).
 MAX_CUTS = 64
-
-
-class RestPlanCache:
-    """The rest plans of every StagedPlan of one runtime, keyed by (the StagedPlan's serial,
-    the signature of its rest's feeds), least recently used first out."""
-
-    def __init__(self, size):
-        self.size = size
-        self._plans = OrderedDict()
-
-    def get(self, key):
-        plan = self._plans.get(key)
-        if plan is not None:
-            self._plans.move_to_end(key)
-        return plan
-
-    def put(self, key, plan):
-        self._plans[key] = plan
-        while len(self._plans) > self.size:
-            self._plans.popitem(last=False)
-
-    def plans(self):
-        return list(self._plans.values())
 
 
 def held_plans(plan):
@@ -75,9 +52,9 @@ def make_plan(result, feeds, value_feeds, num_threads, pool=None, rest_cache=Non
               feed_dims=None, cuts=0):
     """An ExecutionPlan for these feeds, or a StagedPlan where a value computed by the run
     decides a shape (arguments as ExecutionPlan's; ``rest_cache``: the runtime's
-    RestPlanCache, a new one of 8 plans where None; ``cuts``: those taken above this one)."""
+    PlanCache of rest plans, a new one of 8 where None; ``cuts``: those taken above this one)."""
     if rest_cache is None:
-        rest_cache = RestPlanCache(8)
+        rest_cache = PlanCache(8)
     try:
         return ExecutionPlan(result, feeds, value_feeds, num_threads, pool, feed_dims)
     except UnsupportedOpError as exc:

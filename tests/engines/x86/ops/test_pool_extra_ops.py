@@ -78,7 +78,7 @@ def run(model, tmp_path, isa, num_threads, feeds):
     onnx.save(model, path)
     rt = pplpy.load(path, num_threads=num_threads, max_isa=isa, fusion=False)
     outputs = rt.run(feeds)
-    (plan,) = rt._plans.values()
+    (plan,) = rt._plans.plans()
     return rt, outputs, plan.plan.steps
 
 
