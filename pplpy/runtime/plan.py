@@ -5,7 +5,8 @@ input-shape signature and cached by the Runtime.
       --shape inference, host evaluation of shape values (passes/inference.py)-->
       --memory plan: one arena, live intervals (memory_planner.py); Concat inputs placed
         inside their output where that is contiguous (inplace_concat.py), a Reshape's output
-        on its input (inplace_reshape.py)-->
+        on its input (inplace_reshape.py), a fused sum's output on its dying operand
+        (inplace_sum.py)-->
       --kernel.make_step(io) for every node not evaluated on the host-->
       --step.Plan: the compiled step array, run in one nogil call
 
@@ -24,6 +25,7 @@ from pplpy.engines.x86.passes.inference import infer_shapes
 from pplpy.errors import ShapeError
 from pplpy.runtime.inplace_concat import plan_inplace_concats
 from pplpy.runtime.inplace_reshape import alias_root, plan_inplace_reshapes
+from pplpy.runtime.inplace_sum import plan_inplace_sums
 from pplpy.runtime.memory_limit import describe_limit, usable_memory_bytes
 from pplpy.runtime.memory_planner import ALIGNMENT, Buffer, plan_memory
 from pplpy.runtime.step import Plan
@@ -124,6 +126,8 @@ class ExecutionPlan:
             root = alias_root(aliases, name)
             first[root] = min(first[root], first[name])
             last[root] = max(last[root], last[name])
+        plan_inplace_sums(step_nodes, result.kernels, self.tensor_shapes, aliases, first, last,
+                          written, graph.output_names)
         # Sizes over the memory there is are refused before anything is allocated: on a host
         # that overcommits, the allocation would succeed and the run be killed (memory_limit).
         limit = usable_memory_bytes()

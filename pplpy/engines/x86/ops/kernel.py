@@ -134,6 +134,12 @@ class X86Kernel:
     # True when output 0 is input 0's bytes unchanged (Reshape, Squeeze, BitCast): the plan
     # may then place the output on the input's memory and run no step (inplace_reshape.py).
     views_input = False
+    # The input index of a leading sum post-op (output += scale * input, same shape and
+    # layout) that the step reads element by element just before it writes the same output
+    # element, and writes each element once: the plan may then place the output on that
+    # input's memory where the input dies at this node, so the sum accumulates into the
+    # destination as oneDNN's sum post-op does (inplace_sum.py).  None: it may not.
+    sum_in_place = None
 
     def __init__(self, op):
         self.op = op

@@ -40,6 +40,7 @@ import numpy as np
 
 from pplpy.common.data_format import DataFormat
 from pplpy.engines.x86.impls.dispatch import load_variant
+from pplpy.engines.x86.impls.post_ops import PostOpKind
 from pplpy.engines.x86.ops.declare import op
 from pplpy.engines.x86.ops.post_chain import PostChain
 from pplpy.errors import PplError
@@ -174,6 +175,15 @@ class ConvKernel(X86Kernel):
         b = op.constant(2) if op.input_present(2) else None
         self.bias = np.ascontiguousarray(b, np.float32).reshape(-1) if b is not None else None
         self.post_chain = PostChain(op)  # set by the fusion pass
+        # The dense direct conv adds a leading sum on the accumulators as it stores each
+        # output element, once (one brgemm over every tap and input block per tile):
+        # Winograd and the depthwise kernels add it over the stored tile instead.
+        entries = self.post_chain.entries
+        if (self.algorithm == "direct" and w is not None and entries
+                and entries[0].kind is PostOpKind.SUM
+                and not self.impl("conv_fp32")._is_depthwise(
+                    w.shape[0], w.shape[1], int(self.param.group))):
+            self.sum_in_place = entries[0].operand
         # The packed weight, the bias copy and constant post-op operands replace the raw
         # constants.
         self.packed_inputs = tuple(i for i, v in ((1, self.packed_w), (2, self.bias))
