@@ -214,6 +214,25 @@ PPL_INLINE void ppl_epilogue_store_fast(const int M, ppl_vf acc[][PPL_NV], const
     }
 }
 
+/* The same with a leading sum post-op: acc + bias + sum_scale * sum (the operand at the
+ * output's offsets, read just before each element is written: inplace_sum.py may have
+ * placed C on it), through the activation.  The general path's order and rounding. */
+PPL_INLINE void ppl_epilogue_store_fast_sum(const int M, ppl_vf acc[][PPL_NV],
+                                            const ppl_vf bv[], float *c, ptrdiff_t ldc,
+                                            ptrdiff_t cbs, const float *sum,
+                                            const ppl_vf sum_scale, const int post, float p0,
+                                            float p1) {
+#pragma GCC unroll 16
+    for (int r = 0; r < M; r++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NV; v++) {
+            const ptrdiff_t off = r * ldc + ppl_col(v * PPL_VLEN, cbs);
+            const ppl_vf x = sum_scale * ppl_load(sum + off) + (acc[r][v] + bv[v]);
+            ppl_store(c + off, ppl_activation_inline(x, post, p0, p1));
+        }
+    }
+}
+
 /* A post-op that is not PPL_POST_IS_INLINE, over the stored tile (still in L1), a vector at
  * a time through the one out-of-line activation switch.  The producers' own epilogues only
  * ever ask for inline post-ops (the rest of a chain goes to ppl_post_chain_tile); this keeps
@@ -273,6 +292,30 @@ PPL_INLINE void ppl_epilogue_store(const int M, ppl_vf acc[][PPL_NV], int n_vali
             ppl_epilogue_store_fast(M, acc, bv, c, ldc, cbs, PPL_POST_CLIP, p0, p1); break;
         default:
             ppl_epilogue_store_fast(M, acc, bv, c, ldc, cbs, PPL_POST_NONE, p0, p1); break;
+        }
+    } else if (n_valid == PPL_NB && alpha_s == 1.0f && !accumulate && !addend) {
+        /* a leading sum (a residual), then a cheap activation or none */
+        ppl_vf bv[PPL_NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < PPL_NV; v++)
+            bv[v] = bias ? ppl_load(bias + v * PPL_VLEN) : ppl_splat(0.0f);
+        switch (post) {
+        case PPL_POST_RELU:
+            ppl_epilogue_store_fast_sum(M, acc, bv, c, ldc, cbs, sum, sum_scale, PPL_POST_RELU,
+                                        p0, p1);
+            break;
+        case PPL_POST_LEAKY_RELU:
+            ppl_epilogue_store_fast_sum(M, acc, bv, c, ldc, cbs, sum, sum_scale,
+                                        PPL_POST_LEAKY_RELU, p0, p1);
+            break;
+        case PPL_POST_CLIP:
+            ppl_epilogue_store_fast_sum(M, acc, bv, c, ldc, cbs, sum, sum_scale, PPL_POST_CLIP,
+                                        p0, p1);
+            break;
+        default:
+            ppl_epilogue_store_fast_sum(M, acc, bv, c, ldc, cbs, sum, sum_scale, PPL_POST_NONE,
+                                        p0, p1);
+            break;
         }
     } else if (n_valid == PPL_NB) {
 #pragma GCC unroll 16
