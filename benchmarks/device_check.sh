@@ -60,9 +60,9 @@ if [ "$parts" = lease ]; then
         --threads "$threads" --warmup 2 --repeats 5 --no-openvino --json "$out/suite.json"
     # Session 29 (a 2-core Xeon, one thread): ResNet-50's 256 -> 256 Winograd layers at
     # 14 x 14 took twice their warm time in the model (their 9.4 MB packed weights from
-    # memory); with those layers direct the model was 5-8% faster (best, lower quartile).
-    # Does a team, sharing the memory bandwidth, lose more?
-    step 40 "Winograd on ResNet-50's 14 x 14 layers or not, 4 and 16 threads" python3 \
+    # memory); with those layers direct the model was 5-8% faster (best, lower quartile),
+    # Inception v2 4-8%. Does a team, sharing the memory bandwidth, lose more?
+    step 60 "Winograd on 14 x 14 wide layers or not, 4 and 16 threads" python3 \
         "$repo/benchmarks/winograd_cold.py" --threads 4,16 --rounds 6
     # Session 20's open questions, per node: ResNet-18's Winograd layers scaled 1.1-1.6x
     # from one thread to four there (its direct ones 2.2-2.9x): the same layers at 1 and 4
